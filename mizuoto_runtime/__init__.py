@@ -1,0 +1,1 @@
+"""Building blocks engines are made of. Importing this package never imports torch."""

@@ -1,0 +1,157 @@
+"""The per-call context an engine receives: its randomness, cancellation, progress and report.
+
+Engines draw every random number from ``generator_for(device)`` or ``rng``, both seeded from the
+request's seed, so a seeded call is reproducible and no process-global generator is touched. A
+fresh ``torch.Generator`` seeded ``s`` yields what the default generator yields after
+``torch.manual_seed(s)``, so sampling on it in upstream's order reproduces upstream's seeded run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
+
+if TYPE_CHECKING:
+    import queue
+
+    import numpy as np
+    import torch
+
+log = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[float, "float | None", "str | None"], None]
+
+_SEED_LIMIT = 2**63
+_current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
+    "mizuoto_request_context", default=None
+)
+
+
+def current_context() -> RequestContext | None:
+    """The context bound to the running call, for runtime pieces that are not handed one."""
+    return _current.get()
+
+
+def check_seed(seed: object, field: str = "params.seed") -> int | None:
+    """None, or an int in [0, 2**63); anything else is an InvalidRequest naming ``field``."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < _SEED_LIMIT:
+        raise InvalidRequest(
+            f"{field}: expected an integer in [0, 2**63) or nothing, got {seed!r}", {"field": field}
+        )
+    return seed
+
+
+class RequestContext:
+    """Everything an engine call may use besides its inputs.
+
+    ``applied`` records the settings and fallbacks that were actually used, ``warnings`` what the
+    caller should know, ``timings`` named durations in seconds; the host copies all three back to
+    the request when the call ends.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        params: Mapping[str, object] | None = None,
+        settings: Mapping[str, object] | None = None,
+        progress: ProgressCallback | None = None,
+        text_input: queue.Queue[str | None] | None = None,
+    ) -> None:
+        chosen = check_seed(seed)
+        self.seed: int = secrets.randbits(63) if chosen is None else chosen
+        self.params: Mapping[str, object] = MappingProxyType(dict(params or {}))
+        self.settings: Mapping[str, object] = MappingProxyType(dict(settings or {}))
+        self.text_input = text_input
+        self.applied: dict[str, Any] = {"seed": self.seed}
+        self.warnings: list[str] = []
+        self.timings: dict[str, float] = {}
+        self._progress = progress
+        self._cancel = threading.Event()
+        self._reason = "cancelled"
+        self._generators: dict[str, torch.Generator] = {}
+        self._rng: np.random.Generator | None = None
+
+    def generator_for(self, device: object) -> torch.Generator:
+        """This call's torch generator for ``device``, seeded with the request's seed.
+
+        Repeated calls return the same generator, so draws continue one stream per device.
+        """
+        import torch
+
+        key = str(torch.device(device))
+        generator = self._generators.get(key)
+        if generator is None:
+            generator = torch.Generator(device=key)
+            generator.manual_seed(self.seed)
+            self._generators[key] = generator
+        return generator
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """A numpy generator seeded with the request's seed, for engines that sample on the host."""
+        if self._rng is None:
+            import numpy as np
+
+            self._rng = np.random.default_rng(self.seed)
+        return self._rng
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop the engine at its next ``check_cancel()``; ``reason``: cancelled or timeout."""
+        if not self._cancel.is_set():
+            self._reason = reason
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block until cancelled or ``timeout`` passes, for engines waiting on something else."""
+        return self._cancel.wait(timeout)
+
+    def check_cancel(self) -> None:
+        """Raise CancelledError (or OperationTimeoutError) when the call has been stopped."""
+        if self._cancel.is_set():
+            if self._reason == "timeout":
+                raise OperationTimeoutError("the call ran past its timeout", {"reason": "timeout"})
+            raise CancelledError("the call was cancelled", {"reason": "cancelled"})
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress (e.g. ``done=3, total=10``); a no-op when nobody listens."""
+        if self._progress is not None:
+            self._progress(done, total, message)
+
+    def warn(self, message: str) -> None:
+        """Tell the caller something went differently than asked (a fallback, a clamp)."""
+        log.warning("%s", message)
+        self.warnings.append(message)
+
+    @contextlib.contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Add the wall time of the block to ``timings[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def bind(self) -> Iterator[RequestContext]:
+        """Make this the ``current_context()`` of the running thread for the block."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)

@@ -1,0 +1,258 @@
+"""The ``mizuoto`` command. Listing, doctor and runtime never import torch; synth does, to load.
+
+Exit codes: 0 ok, 2 a usage mistake (bad arguments, unknown engine, empty text, unwritable
+output), 1 an engine error, printed with its code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from mizuoto_sdk.discovery import Discovery, EngineRecord
+from mizuoto_sdk.errors import EngineError
+
+USAGE_CODES = {"engine_not_found", "invalid_request", "capability_not_supported"}
+
+
+class _Usage(Exception):
+    """A mistake in how the command was called: printed, exit 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mizuoto", description="Run Mizuoto speech engines.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    engines = commands.add_parser("engines", help="list installed engines")
+    engines.add_argument("--json", action="store_true", help="print JSON")
+
+    synth = commands.add_parser("synth", help="synthesize TEXT into a WAV file")
+    synth.add_argument("engine", metavar="ENGINE")
+    synth.add_argument("text", metavar="TEXT")
+    synth.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.wav")
+    synth.add_argument("--seed", type=int)
+    synth.add_argument("--device")
+    synth.add_argument("--dtype")
+    synth.add_argument("--model")
+
+    doctor = commands.add_parser("doctor", help="check torch and the engines' requirements")
+    doctor.add_argument("engine", nargs="?", metavar="ENGINE")
+    doctor.add_argument("--json", action="store_true", help="print JSON")
+
+    runtime = commands.add_parser("runtime", help="models loaded in this process")
+    runtime.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse has printed the usage message
+        return int(exit_.code or 0)
+    command = {"engines": _engines, "synth": _synth, "doctor": _doctor, "runtime": _runtime}
+    try:
+        return command[args.command](args)
+    except _Usage as error:
+        print(f"mizuoto: error: {error}", file=sys.stderr)
+        return 2
+    except EngineError as error:
+        print(f"mizuoto: error [{error.code}]: {error}", file=sys.stderr)
+        return 2 if error.code in USAGE_CODES else 1
+
+
+def _extras(record: EngineRecord) -> list[dict[str, object]]:
+    extras = record.manifest.extras if record.manifest else {}
+    return [
+        {"import": name, "requirement": requirement, "installed": _importable(name)}
+        for name, requirement in extras.items()
+    ]
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _row(record: EngineRecord) -> dict[str, object]:
+    manifest = record.manifest
+    return {
+        "id": record.id,
+        "name": manifest.name if manifest else None,
+        "distribution": record.distribution,
+        "version": record.version,
+        "status": record.status,
+        "devices": list(manifest.devices) if manifest else [],
+        "dtypes": list(manifest.dtypes) if manifest else [],
+        "capabilities": list(manifest.capabilities) if manifest else [],
+        "models": [m.id for m in manifest.models] if manifest else [],
+        "extras": _extras(record),
+        "api_version": manifest.api_version if manifest else None,
+        "entry_point": record.entry_point,
+        "error": record.error,
+    }
+
+
+def _engines(args: argparse.Namespace) -> int:
+    rows = [_row(r) for r in Discovery().records()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no engines installed (plugins register under the 'mizuoto.engines' entry point)")
+        return 0
+    table = [["ID", "DISTRIBUTION", "VERSION", "STATUS", "DEVICES", "DTYPES", "CAPABILITIES"]]
+    for row in rows:
+        table.append(
+            [
+                str(row["id"]),
+                str(row["distribution"]),
+                str(row["version"]),
+                str(row["status"]),
+                ",".join(row["devices"]),
+                ",".join(row["dtypes"]),
+                ",".join(row["capabilities"]),
+            ]
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    for row in rows:
+        missing = [e["requirement"] for e in row["extras"] if not e["installed"]]
+        if missing:
+            print(f"  {row['id']}: optional extras not installed: pip install {' '.join(missing)}")
+        if row["error"]:
+            print(f"  {row['id']} ({row['status']}): {str(row['error']).splitlines()[0]}")
+    return 0
+
+
+class _Progress:
+    """Progress lines on stderr, only once a run has taken longer than ``delay`` seconds."""
+
+    def __init__(self, delay: float = 0.5, every: float = 0.25) -> None:
+        self._start = time.perf_counter()
+        self._delay, self._every, self._last = delay, every, 0.0
+
+    def __call__(self, done: float, total: float | None, message: str | None) -> None:
+        now = time.perf_counter() - self._start
+        if now < self._delay or now - self._last < self._every:
+            return
+        self._last = now
+        amount = f"{done:g}/{total:g}" if total else f"{done:g}"
+        print(
+            f"progress {amount}{f' {message}' if message else ''} ({now:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from mizuoto_sdk.audio import AtomicFile, write_wav
+    from mizuoto_sdk.host import EngineRequest, RuntimeService
+
+    if not args.text.strip():
+        raise _Usage("TEXT is empty: give the words to synthesize")
+    if args.output.is_dir():
+        raise _Usage(f"-o {args.output} is a folder; give a file name such as out.wav")
+    started = time.perf_counter()
+    service = RuntimeService()
+    engine = service.engine(args.engine, args.device)
+    try:
+        output = AtomicFile(args.output)
+    except OSError as error:
+        raise _Usage(f"cannot write {args.output}: {error.strerror or error}") from None
+    with output as temporary:
+        handle = engine.load(args.model, dtype=args.dtype)
+        loaded = time.perf_counter()
+        request = EngineRequest(
+            params={} if args.seed is None else {"seed": args.seed}, progress=_Progress()
+        )
+        chunks = list(handle.synthesize(args.text, request))
+        if not chunks:
+            raise EngineError(f"engine {args.engine!r} produced no audio for {args.text!r}")
+        import numpy as np
+
+        samples, rate = np.concatenate([c.samples for c in chunks]), chunks[0].sample_rate
+        write_wav(temporary, samples, rate)
+    timings = request.timings
+    print(
+        f"wrote {args.output}: {len(samples) / rate:.2f} s of audio at {rate} Hz in "
+        f"{len(chunks)} chunks (seed {request.applied.get('seed')})"
+    )
+    print(
+        f"timings: load {loaded - started:.3f} s, first chunk {timings.get('first_chunk', 0):.3f}"
+        f" s, synthesis {timings.get('total', 0):.3f} s"
+    )
+    return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from mizuoto_runtime.device import torch_build
+
+    build = torch_build()
+    records = Discovery().records()
+    if args.engine is not None:
+        records = tuple(r for r in records if r.id == args.engine)
+        if not records:
+            known = ", ".join(sorted({r.id for r in Discovery().records()}))
+            raise EngineError(
+                f"no engine {args.engine!r}; known engines: {known}", code="engine_not_found"
+            )
+    engines = [
+        {
+            "id": r.id,
+            "status": r.status,
+            "available": r.ok and all(e["installed"] for e in _extras(r)),
+            "missing_extras": [e["requirement"] for e in _extras(r) if not e["installed"]],
+            "error": r.error,
+        }
+        for r in records
+    ]
+    if args.json:
+        print(json.dumps({"torch": build, "engines": engines}, indent=2))
+    else:
+        if not build["installed"]:
+            print("torch: not installed (pip install torch)")
+        else:
+            print(f"torch: {build['version']}, built for {build['build']}")
+        accelerators = ", ".join(build["accelerators"]) or "none"
+        print(f"machine accelerators: {accelerators}")
+        if build["install"]:
+            print(f"  the installed torch does not match this machine: {build['install']}")
+        for engine in engines:
+            if engine["available"]:
+                state = "available"
+            elif engine["status"] != "ok":
+                state = f"{engine['status']}: {str(engine['error']).splitlines()[0]}"
+            else:
+                state = f"lacks extras: pip install {' '.join(engine['missing_extras'])}"
+            print(f"engine {engine['id']}: {state}")
+    return 0 if all(e["status"] == "ok" for e in engines) else 1
+
+
+def _runtime(args: argparse.Namespace) -> int:
+    from mizuoto_sdk.host import RuntimeService
+
+    models = RuntimeService().loaded_models()
+    if args.json:
+        print(json.dumps(models, indent=2, default=str))
+    elif not models:
+        print("no models loaded in this process")
+    for model in [] if args.json else models:
+        print(
+            f"{model['engine']}/{model['model']} on {model['device']} ({model['dtype']}): "
+            f"{model['state']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

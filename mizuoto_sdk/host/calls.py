@@ -1,0 +1,170 @@
+"""One engine call as the host runs it: context, watcher, inference mode, errors, write-back.
+
+A call runs on the caller's thread. Each step of the engine (the call itself, or one ``next()`` of
+its generator) runs inside ``torch.inference_mode()`` with the request context bound; between
+steps the caller's code runs in neither. A watcher thread forwards the caller's cancel event to the
+context every 20 ms and cancels the call when its timeout passes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mizuoto_runtime.context import RequestContext
+from mizuoto_runtime.device import is_oom
+from mizuoto_sdk.audio import host_chunk
+from mizuoto_sdk.errors import ComputeUnavailable, EngineError
+from mizuoto_sdk.types import AudioChunk
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.host.local import LocalEngine, LocalHandle
+    from mizuoto_sdk.host.request import EngineRequest
+
+T = TypeVar("T")
+WATCH_INTERVAL = 0.02
+_END = object()
+
+
+def map_error(
+    error: BaseException, engine: LocalEngine, keep: LocalHandle | None = None
+) -> EngineError:
+    """What the caller sees for ``error``: a coded EngineError naming the engine and device.
+
+    Out of memory first releases the idle models on that device (all but ``keep``).
+    """
+    engine_id, device = engine.engine_id, engine.device
+    if isinstance(error, EngineError):
+        error.detail = {**error.detail, "engine": engine_id, "device": device}
+        return error
+    if is_oom(error):
+        released = engine.service.release_idle(device, keep=keep)
+        return ComputeUnavailable(
+            f"{engine_id} ran out of memory on {device}: {error}",
+            {
+                "reason": "out_of_memory",
+                "engine": engine_id,
+                "device": device,
+                "exception": type(error).__name__,
+                "released": released,
+            },
+        )
+    return EngineError(
+        f"{engine_id} failed on {device}: {type(error).__name__}: {error}",
+        {
+            "engine": engine_id,
+            "device": device,
+            "exception": type(error).__name__,
+            "traceback": "".join(traceback.format_exception(error)),
+        },
+    )
+
+
+class Call:
+    """The lifetime of one call on a handle; use as a context manager around all of its steps."""
+
+    def __init__(self, handle: LocalHandle, request: EngineRequest, capability: str) -> None:
+        self.handle = handle
+        self.request = request
+        self.capability = capability
+        self.ctx = RequestContext(
+            seed=request.params.get("seed"),
+            params=request.params,
+            settings=handle.engine.service.settings.as_dict(),
+            progress=request.progress,
+            text_input=request.text_input,
+        )
+        self._started = 0.0
+        self._done = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def __enter__(self) -> Call:
+        self._started = time.perf_counter()
+        self.handle.begin_call()
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"mizuoto-watch-{self.handle.name}", daemon=True
+        )
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        self.ctx.timings["total"] = time.perf_counter() - self._started
+        self.request.applied.update(self.ctx.applied)
+        self.request.warnings.extend(self.ctx.warnings)
+        self.request.timings.update(self.ctx.timings)
+        self.handle.end_call()
+
+    def _watch(self) -> None:
+        deadline = None if self.request.timeout is None else self._started + self.request.timeout
+        while not self._done.wait(WATCH_INTERVAL):
+            if self.request.cancel_event.is_set():
+                self.ctx.cancel("cancelled")
+            elif deadline is not None and time.perf_counter() >= deadline:
+                self.ctx.cancel("timeout")
+
+    def step(self, function: Callable[..., T], *args: Any) -> T:
+        """Run one piece of engine code: inference mode, context bound, errors mapped."""
+        runtime = self.handle.engine.service.runtime
+        try:
+            with runtime.inference_mode(), self.ctx.bind():
+                return function(*args)
+        except Exception as error:
+            mapped = map_error(error, self.handle.engine, self.handle)
+            if mapped is error:
+                raise
+            raise mapped from error
+
+    def check_cancel(self) -> None:
+        """The host's own check between steps, for engines that never reach theirs."""
+        try:
+            self.ctx.check_cancel()
+        except EngineError as error:
+            raise map_error(error, self.handle.engine, self.handle) from None
+
+    def run(self, function: Callable[..., T], *args: Any) -> T:
+        """A call that returns a value (prepare_voice, call)."""
+        with self:
+            self.check_cancel()
+            result = self.step(function, *args, self.ctx)
+            self.check_cancel()
+            return result
+
+    def stream(
+        self, method: Callable[..., Iterator[AudioChunk]], *args: Any
+    ) -> Iterator[AudioChunk]:
+        """Drive the engine's generator lazily: it runs only while the caller asks for a chunk."""
+        with self:
+            self.check_cancel()
+            chunks = self.step(lambda: iter(method(*args, self.ctx)))
+            try:
+                sample_rate = None
+                for index in itertools.count():
+                    chunk = self.step(next, chunks, _END)
+                    if chunk is _END:
+                        return
+                    converted = self.step(host_chunk, chunk, index)
+                    if sample_rate is None:
+                        sample_rate = converted.sample_rate
+                        self.ctx.timings["first_chunk"] = time.perf_counter() - self._started
+                    elif converted.sample_rate != sample_rate:
+                        raise map_error(
+                            EngineError(
+                                f"chunk {index} has sample_rate {converted.sample_rate}, "
+                                f"earlier chunks {sample_rate}: a stream keeps one rate"
+                            ),
+                            self.handle.engine,
+                            self.handle,
+                        )
+                    self.check_cancel()
+                    yield converted
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    self.step(close)

@@ -1,0 +1,319 @@
+"""An engine on one device in this process (LocalEngine) and its loaded models (LocalHandle)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from mizuoto_runtime.context import RequestContext
+from mizuoto_sdk.engine import Engine, LoadedEngine
+from mizuoto_sdk.errors import (
+    ComputeUnavailable,
+    EngineError,
+    EngineUnavailable,
+    InvalidRequest,
+    Unsupported,
+)
+from mizuoto_sdk.host.calls import Call, map_error
+from mizuoto_sdk.host.request import EngineRequest
+from mizuoto_sdk.manifest import EngineManifest, ModelEntry, canonical_dtype, device_type
+from mizuoto_sdk.types import AudioChunk, LoadSpec
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.host.service import RuntimeService
+
+State = Literal["stopped", "ready", "busy", "crashed"]
+
+
+class LocalHandle:
+    """A loaded model, answering the engine's capabilities through the host's call machinery."""
+
+    def __init__(
+        self, engine: LocalEngine, spec: LoadSpec, loaded: LoadedEngine, key: tuple[object, ...]
+    ) -> None:
+        self.engine = engine
+        self.spec = spec
+        self.loaded = loaded
+        self.key = key
+        self.name = f"{engine.engine_id}/{spec.model_id}@{spec.device}"
+        self.description: dict[str, object] = dict(loaded.describe())
+        self.last_used = time.monotonic()
+        self.stale = False
+        self._active = 0
+        self._lock = threading.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._active > 0
+
+    @property
+    def handles(self) -> tuple[object, ...]:
+        return tuple(self.loaded.handles)
+
+    def begin_call(self) -> None:
+        with self._lock:
+            self._active += 1
+
+    def end_call(self) -> None:
+        with self._lock:
+            self._active -= 1
+            self.last_used = time.monotonic()
+            unload = self.stale and self._active == 0
+        if unload:
+            self.engine.unload(self)
+
+    def synthesize(self, text: str, request: EngineRequest | None = None) -> Iterator[AudioChunk]:
+        """A lazy stream of float32 mono chunks; close it to stop the engine early."""
+        call = self._call("synthesize", request)
+        return call.stream(self.loaded.synthesize, self._text(text), call.ctx.params)
+
+    def convert(
+        self, audio: AudioChunk, request: EngineRequest | None = None
+    ) -> Iterator[AudioChunk]:
+        call = self._call("convert", request)
+        return call.stream(self.loaded.convert, self._audio(audio), call.ctx.params)
+
+    def edit(
+        self, audio: AudioChunk, text: str, request: EngineRequest | None = None
+    ) -> Iterator[AudioChunk]:
+        call = self._call("edit", request)
+        return call.stream(self.loaded.edit, self._audio(audio), self._text(text), call.ctx.params)
+
+    def prepare_voice(
+        self, audio: AudioChunk, voice_dir: str | Path, request: EngineRequest | None = None
+    ) -> dict[str, object]:
+        """Let the engine write a voice into ``voice_dir``, which appears only if it succeeds."""
+        call = self._call("prepare_voice", request)
+        audio = self._audio(audio)
+        target = Path(voice_dir)
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise self._invalid("voice_dir", f"{target} already exists and is not an empty folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            result = call.run(self.loaded.prepare_voice, audio, staging, call.ctx.params)
+            with contextlib.suppress(FileNotFoundError):
+                target.rmdir()
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return dict(result or {})
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object] | None = None,
+        request: EngineRequest | None = None,
+    ) -> object:
+        call = self._call("call", request)
+        if not isinstance(op, str) or not op:
+            raise self._invalid("op", f"expected an operation name, got {op!r}")
+        return call.run(self.loaded.call, op, dict(payload or {}))
+
+    def _call(self, capability: str, request: EngineRequest | None) -> Call:
+        manifest = self.engine.manifest
+        if capability not in manifest.capabilities:
+            raise map_error(
+                Unsupported(
+                    f"engine {manifest.id!r} does not support {capability}; it supports "
+                    f"{', '.join(manifest.capabilities)}",
+                    {"capability": capability},
+                ),
+                self.engine,
+            )
+        if self.loaded is None:
+            raise map_error(
+                EngineError(f"{self.name} has been unloaded; load it again"), self.engine
+            )
+        try:
+            return Call(self, request if request is not None else EngineRequest(), capability)
+        except EngineError as error:
+            raise map_error(error, self.engine) from None
+
+    def _invalid(self, field: str, message: str) -> EngineError:
+        return map_error(InvalidRequest(f"{field}: {message}", {"field": field}), self.engine)
+
+    def _text(self, text: object) -> str:
+        if not isinstance(text, str):
+            raise self._invalid("text", f"expected a string, got {type(text).__name__}")
+        if not text.strip():
+            raise self._invalid("text", "is empty")
+        return text
+
+    def _audio(self, audio: object) -> AudioChunk:
+        if not isinstance(audio, AudioChunk):
+            raise self._invalid("audio", f"expected an AudioChunk, got {type(audio).__name__}")
+        return audio
+
+
+class LocalEngine:
+    """One engine on one device: imports the implementation on first use, loads its models."""
+
+    def __init__(self, service: RuntimeService, engine_id: str, device: str) -> None:
+        self.service = service
+        self.engine_id = engine_id
+        self.device = device
+        self.manifest: EngineManifest = service.discovery.manifest(engine_id)
+        try:
+            kind = device_type(device)
+        except (TypeError, ValueError) as error:
+            raise InvalidRequest(str(error), {"field": "device", "engine": engine_id}) from None
+        if kind not in self.manifest.devices:
+            raise InvalidRequest(
+                f"device: engine {engine_id!r} runs on {', '.join(self.manifest.devices)}, "
+                f"not {device!r}",
+                {"field": "device", "engine": engine_id},
+            )
+        self.error: str | None = None
+        self._engine: Engine | None = None
+        self._handles: dict[tuple[object, ...], LocalHandle] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def state(self) -> State:
+        if self.error is not None:
+            return "crashed"
+        handles = list(self._handles.values())
+        if any(h.busy for h in handles):
+            return "busy"
+        return "ready" if handles else "stopped"
+
+    @property
+    def handles(self) -> list[LocalHandle]:
+        return list(self._handles.values())
+
+    def start(self) -> Engine:
+        """Import the implementation (torch stays unimported until ``load``)."""
+        if self._engine is None:
+            try:
+                self._engine = self.service.discovery.get_engine(self.engine_id)()
+            except EngineError as error:
+                self.error = str(error)
+                raise map_error(error, self) from None
+            self.error = None
+        return self._engine
+
+    def load(
+        self,
+        model: str | None = None,
+        *,
+        dtype: str | None = None,
+        variant: str | None = None,
+        options: Mapping[str, object] | None = None,
+    ) -> LocalHandle:
+        """The loaded model, loading it if needed (after making room under the resident limit)."""
+        settings = self.service.settings
+        entry = self._entry(model or settings.engine(self.engine_id, "model"))
+        chosen = self._dtype(dtype or settings.engine(self.engine_id, "dtype"))
+        variant = variant or settings.engine(self.engine_id, "variant")
+        merged = {**settings.engine(self.engine_id, "options", {}), **(options or {})}
+        key = (entry.id, variant, chosen, json.dumps(merged, sort_keys=True, default=repr))
+        with self._lock:
+            handle = self._handles.get(key)
+            if handle is not None:
+                handle.last_used = time.monotonic()
+                return handle
+            engine = self.start()
+            self.service.make_room()
+            spec = LoadSpec(
+                entry.id, self.device, chosen, _model_dir(entry, self.engine_id), variant, merged
+            )
+            runtime = self.service.runtime
+            if not runtime.device_available(self.device):
+                raise map_error(
+                    ComputeUnavailable(
+                        f"device {self.device} is not available to this torch build "
+                        f"({runtime.torch_version})",
+                        {"reason": "device_missing"},
+                    ),
+                    self,
+                )
+            ctx = RequestContext(seed=0, settings=settings.as_dict())
+            started = time.perf_counter()
+            try:
+                with ctx.bind():
+                    loaded = engine.load(spec, runtime, ctx)
+                if not isinstance(loaded, LoadedEngine):
+                    raise TypeError(
+                        f"{type(engine).__name__}.load returned {type(loaded).__name__}"
+                        ", expected a mizuoto_sdk.LoadedEngine"
+                    )
+                handle = LocalHandle(self, spec, loaded, key)
+            except Exception as error:
+                mapped = map_error(error, self)
+                if mapped is error:
+                    raise
+                raise mapped from error
+            handle.description.setdefault("load_seconds", time.perf_counter() - started)
+            self._handles[key] = handle
+            return handle
+
+    def unload(self, handle: LocalHandle | None = None) -> list[str]:
+        """Unload one handle, or every idle one; busy handles unload when their call ends."""
+        with self._lock:
+            targets = [handle] if handle is not None else list(self._handles.values())
+            unloaded = []
+            for target in targets:
+                if target.busy:
+                    target.stale = True
+                    continue
+                if self._handles.pop(target.key, None) is not None:
+                    target.loaded.unload()
+                    target.loaded = None  # type: ignore[assignment]
+                    unloaded.append(target.name)
+        return unloaded
+
+    def _entry(self, model: str | None) -> ModelEntry:
+        try:
+            return self.manifest.model(model)
+        except EngineError as error:
+            raise map_error(error, self) from None
+
+    def _dtype(self, requested: str | None) -> str:
+        supported = self.manifest.dtypes
+        if requested is None:
+            on_cpu = device_type(self.device) == "cpu"
+            return "float32" if on_cpu and "float32" in supported else supported[0]
+        try:
+            value = canonical_dtype(requested)
+        except (TypeError, ValueError) as error:
+            raise map_error(InvalidRequest(str(error), {"field": "dtype"}), self) from None
+        if value not in supported:
+            raise map_error(
+                InvalidRequest(
+                    f"dtype: engine {self.engine_id!r} supports {', '.join(supported)}, "
+                    f"not {value}",
+                    {"field": "dtype"},
+                ),
+                self,
+            )
+        return value
+
+
+def _model_dir(entry: ModelEntry, engine_id: str) -> Path | None:
+    if entry.files is None:
+        return None
+    if entry.files.startswith("/"):
+        return Path(entry.files)
+    package, _, relative = entry.files.partition(":")
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise EngineUnavailable(
+            f"model {entry.id!r} of {engine_id!r} lives in package {package!r}"
+            ", which is not installed",
+            {"engine": engine_id},
+        )
+    if spec.submodule_search_locations:
+        base = Path(next(iter(spec.submodule_search_locations)))
+    else:
+        base = Path(str(spec.origin)).parent
+    return base / relative

@@ -1,0 +1,145 @@
+"""The host side of the runtime: which engines run where, and how many models stay resident."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+
+from mizuoto_sdk.discovery import Discovery
+from mizuoto_sdk.host.local import LocalEngine, LocalHandle
+from mizuoto_sdk.host.settings import Settings
+from mizuoto_sdk.manifest import device_type
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeService:
+    """Creates LocalEngines on demand and keeps the resident models within the settings.
+
+    The process's ``Runtime`` (and with it torch) is created on the first model load, so a service
+    that only lists engines never imports torch.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | Mapping[str, object] | None = None,
+        discovery: Discovery | None = None,
+    ) -> None:
+        self.settings = settings if isinstance(settings, Settings) else Settings(settings)
+        self.discovery = discovery if discovery is not None else Discovery()
+        self._engines: dict[tuple[str, str], LocalEngine] = {}
+        self._runtime = None
+        self._lock = threading.RLock()
+        self.settings.subscribe(self._setting_changed)
+
+    @property
+    def runtime(self):  # -> mizuoto_runtime.runtime.Runtime
+        """The process's runtime, created (importing torch) on first use."""
+        with self._lock:
+            if self._runtime is None:
+                from mizuoto_runtime.runtime import Runtime
+
+                self._runtime = Runtime()
+            return self._runtime
+
+    def engine(self, engine_id: str, device: str | None = None) -> LocalEngine:
+        """The LocalEngine for ``engine_id`` on ``device`` (default: its setting, else cpu)."""
+        device = device or self.settings.engine(engine_id, "device") or "cpu"
+        with self._lock:
+            engine = self._engines.get((engine_id, device))
+            if engine is None:
+                engine = LocalEngine(self, engine_id, device)
+                self._engines[(engine_id, device)] = engine
+            return engine
+
+    def loaded(
+        self,
+        engine_id: str,
+        model: str | None = None,
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        variant: str | None = None,
+        options: Mapping[str, object] | None = None,
+    ) -> LocalHandle:
+        """A handle to ``model`` of ``engine_id``, loading it if it is not resident yet."""
+        return self.engine(engine_id, device).load(
+            model, dtype=dtype, variant=variant, options=options
+        )
+
+    def engines(self) -> list[LocalEngine]:
+        with self._lock:
+            return list(self._engines.values())
+
+    def handles(self) -> list[LocalHandle]:
+        return [h for engine in self.engines() for h in engine.handles]
+
+    def loaded_models(self) -> list[dict[str, object]]:
+        """What ``mizuoto runtime`` shows: each resident model, its device, busy or idle."""
+        return [
+            {
+                "engine": h.engine.engine_id,
+                "model": h.spec.model_id,
+                "device": h.spec.device,
+                "dtype": h.spec.dtype,
+                "state": "busy" if h.busy else "idle",
+                "pinned": self._pinned(h),
+                "description": h.description,
+            }
+            for h in self.handles()
+        ]
+
+    def make_room(self) -> list[str]:
+        """Unload least-recently-used idle, unpinned models until one more fits the limit."""
+        limit = self.settings.get("compute.max_resident_models")
+        unloaded: list[str] = []
+        if limit is None:
+            return unloaded
+        with self._lock:
+            handles = self.handles()
+            candidates = sorted(
+                (h for h in handles if not h.busy and not self._pinned(h)),
+                key=lambda h: h.last_used,
+            )
+            excess = len(handles) - limit + 1
+            for handle in candidates[: max(excess, 0)]:
+                unloaded += handle.engine.unload(handle)
+            if len(handles) - len(unloaded) >= limit:
+                log.warning(
+                    "%d models resident (limit %d): the rest are busy or pinned",
+                    len(handles) - len(unloaded),
+                    limit,
+                )
+        return unloaded
+
+    def release_idle(self, device: str, keep: LocalHandle | None = None) -> list[str]:
+        """Unload every idle model on ``device`` except ``keep`` (after an out-of-memory error)."""
+        released: list[str] = []
+        for engine in self.engines():
+            if engine.device != device:
+                continue
+            for handle in engine.handles:
+                if handle is not keep and not handle.busy and not self._pinned(handle):
+                    released += engine.unload(handle)
+        if self._runtime is not None and device_type(device) != "cpu":
+            self._runtime.release(device)
+        return released
+
+    def unload(self, engine_id: str | None = None) -> list[str]:
+        """Unload the idle models of one engine, or of all; busy ones go when their call ends."""
+        return [
+            name
+            for engine in self.engines()
+            if engine_id in (None, engine.engine_id)
+            for name in engine.unload()
+        ]
+
+    def _pinned(self, handle: LocalHandle) -> bool:
+        return bool(self.settings.engine(handle.engine.engine_id, "pinned", False))
+
+    def _setting_changed(self, key: str, value: object) -> None:
+        parts = key.split(".")
+        if parts[0] == "engines" and parts[2] != "pinned":
+            unloaded = self.unload(parts[1])
+            log.info("%s changed: unloaded %s", key, ", ".join(unloaded) or "nothing")

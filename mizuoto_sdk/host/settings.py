@@ -1,0 +1,123 @@
+"""Host settings as dotted keys, validated when they are set.
+
+``compute.*`` keys shape how every engine runs; ``engines.<id>.*`` keys belong to one engine, and
+changing one unloads that engine so the next request reloads it with the new value.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_sdk.manifest import canonical_dtype, device_type
+
+
+def _positive_int_or_none(key: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest(
+            f"{key}: expected an integer >= 1 or None, got {value!r}", {"field": key}
+        )
+    return value
+
+
+def _device(key: str, value: object) -> str:
+    try:
+        device_type(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
+    return value  # type: ignore[return-value]
+
+
+def _dtype(key: str, value: object) -> str:
+    try:
+        return canonical_dtype(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as error:
+        raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
+
+
+def _string(key: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest(f"{key}: expected a non-empty string, got {value!r}", {"field": key})
+    return value
+
+
+def _boolean(key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{key}: expected true or false, got {value!r}", {"field": key})
+    return value
+
+
+def _mapping(key: str, value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidRequest(
+            f"{key}: expected a mapping with string keys, got {value!r}", {"field": key}
+        )
+    return dict(value)
+
+
+COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
+    "compute.max_resident_models": _positive_int_or_none,
+}
+ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
+    "device": _device,
+    "dtype": _dtype,
+    "model": _string,
+    "variant": _string,
+    "options": _mapping,
+    "pinned": _boolean,
+}
+DEFAULTS: Mapping[str, object] = {"compute.max_resident_models": None}
+
+Listener = Callable[[str, object], None]
+
+
+class Settings:
+    """A validated mapping of dotted keys, with listeners told of every change."""
+
+    def __init__(self, values: Mapping[str, object] | None = None) -> None:
+        self._values: dict[str, object] = dict(DEFAULTS)
+        self._listeners: list[Listener] = []
+        self._lock = threading.Lock()
+        for key, value in (values or {}).items():
+            self._values[key] = self._validate(key, value)
+
+    def get(self, key: str, default: object = None) -> Any:
+        return self._values.get(key, default)
+
+    def engine(self, engine_id: str, field: str, default: object = None) -> Any:
+        return self._values.get(f"engines.{engine_id}.{field}", default)
+
+    def set(self, key: str, value: object) -> None:
+        """Validate and store ``value``; listeners hear of it only when it changed."""
+        value = self._validate(key, value)
+        with self._lock:
+            changed = self._values.get(key) != value
+            self._values[key] = value
+            listeners = list(self._listeners)
+        if changed:
+            for listener in listeners:
+                listener(key, value)
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self._values)
+
+    @staticmethod
+    def _validate(key: str, value: object) -> object:
+        if not isinstance(key, str):
+            raise InvalidRequest(f"setting keys are strings, got {key!r}", {"field": str(key)})
+        if key in COMPUTE_KEYS:
+            return COMPUTE_KEYS[key](key, value)
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0] == "engines" and parts[2] in ENGINE_FIELDS:
+            return ENGINE_FIELDS[parts[2]](key, value)
+        known = [*COMPUTE_KEYS, *(f"engines.<id>.{f}" for f in ENGINE_FIELDS)]
+        raise InvalidRequest(
+            f"unknown setting {key!r}; known settings: {', '.join(known)}", {"field": key}
+        )

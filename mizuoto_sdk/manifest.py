@@ -1,0 +1,183 @@
+"""What a plugin declares about its engines, read without importing the engine itself."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+import attrs
+
+from mizuoto_sdk.errors import InvalidRequest
+
+API_VERSION = "1.0"
+"""The engine API this SDK speaks: a manifest with another major version is incompatible."""
+
+DEVICE_TYPES: tuple[str, ...] = ("cpu", "cuda", "mps", "xpu")
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+CAPABILITIES: tuple[str, ...] = ("synthesize", "convert", "edit", "prepare_voice", "call")
+
+_DTYPE_ALIASES = {
+    "fp32": "float32",
+    "float": "float32",
+    "fp16": "float16",
+    "half": "float16",
+    "bf16": "bfloat16",
+}
+_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_IMPLEMENTATION = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+
+
+def canonical_dtype(name: str) -> str:
+    """``"bf16"`` -> ``"bfloat16"``; raises ValueError naming the accepted spellings."""
+    if not isinstance(name, str):
+        raise TypeError(f"dtype: expected a string such as 'float32', got {type(name).__name__}")
+    value = _DTYPE_ALIASES.get(name.lower(), name.lower())
+    if value not in DTYPES:
+        accepted = ", ".join([*DTYPES, *_DTYPE_ALIASES])
+        raise ValueError(f"dtype: unknown dtype {name!r}; expected one of {accepted}")
+    return value
+
+
+def device_type(device: str) -> str:
+    """``"cuda:1"`` -> ``"cuda"``; raises ValueError for anything that is not a known device."""
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected a string such as 'cpu' or 'cuda:0', got {device!r}")
+    kind, _, index = device.partition(":")
+    if kind not in DEVICE_TYPES or (index and not index.isdigit()) or device.endswith(":"):
+        raise ValueError(
+            f"device: {device!r} is not a device; expected one of {', '.join(DEVICE_TYPES)}, "
+            "optionally with an index such as 'cuda:0'"
+        )
+    return kind
+
+
+def parse_api_version(version: str) -> tuple[int, int]:
+    match = _VERSION.fullmatch(version) if isinstance(version, str) else None
+    if match is None:
+        raise ValueError(
+            f"api_version: expected 'MAJOR.MINOR' such as {API_VERSION!r}, got {version!r}"
+        )
+    return int(match[1]), int(match[2])
+
+
+def _names(kind: str, allowed: Iterable[str], canonical=lambda x: x):
+    allowed = tuple(allowed)
+
+    def convert(values: Iterable[str]) -> tuple[str, ...]:
+        if isinstance(values, str):
+            values = (values,)
+        try:
+            items = tuple(canonical(v) for v in values)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{kind}: {error}") from None
+        unknown = [v for v in items if v not in allowed]
+        if unknown:
+            raise ValueError(f"{kind}: unknown {unknown}; expected some of {', '.join(allowed)}")
+        if not items:
+            raise ValueError(f"{kind}: must not be empty")
+        if len(set(items)) != len(items):
+            raise ValueError(f"{kind}: {list(items)} lists a value twice")
+        return items
+
+    return convert
+
+
+def _matches(pattern: re.Pattern[str], example: str):
+    def check(instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            owner = type(instance).__name__
+            raise ValueError(
+                f"{owner}.{attribute.name}: expected something like {example!r}, got {value!r}"
+            )
+
+    return check
+
+
+def _string_map(value: Mapping[str, str]) -> Mapping[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise TypeError(
+            f"extras: expected a mapping of import name -> pip requirement, got {value!r}"
+        )
+    return MappingProxyType(dict(value))
+
+
+def _check_files(instance: ModelEntry, attribute: attrs.Attribute, value: str | None) -> None:
+    if value is None:
+        return
+    package, sep, _ = value.partition(":")
+    is_resource = sep and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", package)
+    if not (is_resource or value.startswith("/")):
+        raise ValueError(
+            f"ModelEntry.files: expected 'package:relative/dir' or an absolute path, got {value!r}"
+        )
+
+
+@attrs.frozen
+class ModelEntry:
+    """One model an engine can load: its id and where its files are.
+
+    ``files`` is ``"package:relative/dir"`` (a folder inside an installed package), an absolute
+    path, or None for a model without files. The host resolves it into ``LoadSpec.model_dir``.
+    """
+
+    id: str = attrs.field(validator=_matches(_ID, "tiny"))
+    files: str | None = attrs.field(default=None, validator=_check_files)
+    variants: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    description: str = ""
+
+
+def _models(values: Iterable[ModelEntry]) -> tuple[ModelEntry, ...]:
+    items = tuple(values)
+    if not items or not all(isinstance(m, ModelEntry) for m in items):
+        raise ValueError(f"models: expected one or more ModelEntry, got {items!r}")
+    ids = [m.id for m in items]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"models: model ids {ids} repeat")
+    return items
+
+
+def _check_api_version(instance: EngineManifest, attribute: attrs.Attribute, value: str) -> None:
+    parse_api_version(value)
+
+
+@attrs.frozen
+class EngineManifest:
+    """Everything the host needs to list, select and later import an engine.
+
+    A plugin module returns these from its ``mizuoto_engines`` hook. ``implementation`` names the
+    ``Engine`` subclass as ``"package.module:Class"``; it is imported only when the engine is used.
+    ``dtypes`` is in preference order. ``stochastic`` says that a different seed changes the output.
+    """
+
+    id: str = attrs.field(validator=_matches(_ID, "my-engine"))
+    implementation: str = attrs.field(validator=_matches(_IMPLEMENTATION, "pkg.engine:MyEngine"))
+    models: tuple[ModelEntry, ...] = attrs.field(converter=_models)
+    capabilities: tuple[str, ...] = attrs.field(converter=_names("capabilities", CAPABILITIES))
+    name: str = attrs.field(default=attrs.Factory(lambda self: self.id, takes_self=True))
+    devices: tuple[str, ...] = attrs.field(
+        default=DEVICE_TYPES, converter=_names("devices", DEVICE_TYPES)
+    )
+    dtypes: tuple[str, ...] = attrs.field(
+        default=("float32",), converter=_names("dtypes", DTYPES, canonical_dtype)
+    )
+    extras: Mapping[str, str] = attrs.field(factory=dict, converter=_string_map, hash=False)
+    api_version: str = attrs.field(default=API_VERSION, validator=_check_api_version)
+    stochastic: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    description: str = ""
+
+    def model(self, model_id: str | None) -> ModelEntry:
+        """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""
+        if model_id is None:
+            return self.models[0]
+        for entry in self.models:
+            if entry.id == model_id:
+                return entry
+        known = ", ".join(m.id for m in self.models)
+        raise InvalidRequest(
+            f"engine {self.id!r} has no model {model_id!r}; known models: {known}",
+            {"field": "model", "known": [m.id for m in self.models]},
+        )

@@ -1,0 +1,19 @@
+"""Entry point module: declares the engine without importing it (or torch)."""
+
+from mizuoto_sdk import EngineManifest, ModelEntry, hookimpl
+
+
+@hookimpl
+def mizuoto_engines() -> list[EngineManifest]:
+    return [
+        EngineManifest(
+            id="sine",
+            name="Sine tones",
+            implementation="mizuoto_engine_sine.engine:SineEngine",
+            models=[ModelEntry("tone", description="one tone per character, no weights")],
+            capabilities=["synthesize"],
+            dtypes=["float32"],
+            stochastic=True,
+            description="Turns text into a tone sequence; a reference for engine authors.",
+        )
+    ]

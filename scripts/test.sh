@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install everything, lint, and run the test suite (GPU tests skip without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+ruff check .
+ruff format --check .
+status=0
+python -m pytest "$@" || status=$?
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: the suite is missing" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,70 @@
+"""The sine engine through the host: seeded, streamed per word, cancellable."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from mizuoto_sdk import CancelledError, EngineError
+from mizuoto_sdk.host import EngineRequest, RuntimeService
+
+
+@pytest.fixture
+def sine():
+    return RuntimeService().loaded("sine")
+
+
+def audio(handle, text="hello big world", **params):
+    chunks = list(handle.synthesize(text, EngineRequest(params=params)))
+    return chunks, np.concatenate([c.samples for c in chunks])
+
+
+def test_one_chunk_per_word(sine):
+    chunks, _ = audio(sine, seed=1)
+    assert [c.metadata["word"] for c in chunks] == ["hello", "big", "world"]
+    assert {c.sample_rate for c in chunks} == {16000}
+    assert all(np.isfinite(c.samples).all() and np.abs(c.samples).max() <= 0.3 for c in chunks)
+
+
+def test_the_seed_decides_the_jitter(sine):
+    _, first = audio(sine, seed=3)
+    _, again = audio(RuntimeService().loaded("sine"), seed=3)
+    _, other = audio(sine, seed=4)
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_the_tone_follows_the_characters(sine):
+    # Each character is one note: the dominant frequency of a note rises with its character code.
+    _, samples = audio(sine, "ab", seed=0)
+    note = len(samples) // 2 - 320
+    spectrum = [np.abs(np.fft.rfft(samples[i * note : (i + 1) * note])).argmax() for i in range(2)]
+    assert spectrum[1] > spectrum[0]
+
+
+def test_speed_is_validated_and_shortens_the_audio(sine):
+    _, normal = audio(sine, seed=0)
+    _, fast = audio(sine, seed=0, speed=2.0)
+    assert len(fast) < len(normal)
+    with pytest.raises(EngineError) as caught:
+        audio(sine, speed="fast")
+    assert caught.value.code == "invalid_request" and caught.value.detail["field"] == "params.speed"
+
+
+def test_cancel_stops_between_words(sine):
+    request = EngineRequest(params={"seed": 0})
+    stream = sine.synthesize("one two three", request)
+    next(stream)
+    request.cancel()
+    time.sleep(0.06)  # the watcher forwards the cancel within 20 ms
+    with pytest.raises(CancelledError):
+        next(stream)
+    assert len(list(sine.synthesize("again", EngineRequest(params={"seed": 0})))) == 1
+
+
+def test_capabilities_it_lacks_are_unsupported(sine):
+    with pytest.raises(EngineError) as caught:
+        sine.call("anything")
+    assert caught.value.code == "capability_not_supported"

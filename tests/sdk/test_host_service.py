@@ -1,0 +1,123 @@
+"""RuntimeService: resident-model limit, pinning, settings, engine states."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import manifest_arguments, plugin_source
+
+from mizuoto_sdk import Discovery, EngineError
+from mizuoto_sdk.host import RuntimeService, Settings
+
+
+def resident(service: RuntimeService) -> list[str]:
+    return sorted(h.spec.model_id for h in service.handles())
+
+
+def test_make_room_unloads_the_least_recently_used_idle_model(host_engine):
+    service = RuntimeService({"compute.max_resident_models": 2}, host_engine.discovery)
+    a = service.loaded("hosted", "a")
+    service.loaded("hosted", "b")
+    list(a.synthesize("touch a"))  # b is now the least recently used
+    service.loaded("hosted", "c")
+    assert resident(service) == ["a", "c"]
+    assert ("unload", "b") in host_engine.events
+
+
+def test_a_busy_model_is_never_unloaded_to_make_room(host_engine):
+    service = RuntimeService({"compute.max_resident_models": 1}, host_engine.discovery)
+    a = service.loaded("hosted", "a")
+    stream = a.synthesize("hello")
+    next(stream)  # a is busy
+    service.loaded("hosted", "b")
+    assert resident(service) == ["a", "b"]
+    stream.close()
+
+
+def test_pinned_engines_stay_resident(host_engine):
+    service = RuntimeService(
+        {"compute.max_resident_models": 1, "engines.hosted.pinned": True}, host_engine.discovery
+    )
+    service.loaded("hosted", "a")
+    service.loaded("hosted", "b")
+    assert resident(service) == ["a", "b"]
+    service.settings.set("engines.hosted.pinned", False)
+    service.loaded("hosted", "c")
+    assert resident(service) == ["c"]
+
+
+def test_loading_the_same_model_twice_returns_the_same_handle(host_engine):
+    service = RuntimeService(discovery=host_engine.discovery)
+    assert service.loaded("hosted", "a") is service.loaded("hosted", "a")
+    assert service.loaded("hosted", "a", options={"x": 1}) is not service.loaded("hosted", "a")
+
+
+def test_changing_an_engine_setting_unloads_it_and_the_next_request_reloads(host_engine):
+    service = RuntimeService(discovery=host_engine.discovery)
+    first = service.loaded("hosted", "a")
+    service.settings.set("engines.hosted.options", {"voice": "x"})
+    assert resident(service) == []
+    second = service.loaded("hosted", "a")
+    assert second is not first and second.spec.options == {"voice": "x"}
+    service.settings.set("engines.hosted.options", {"voice": "x"})  # unchanged: stays loaded
+    assert resident(service) == ["a"]
+
+
+def test_a_setting_change_during_a_call_unloads_when_the_call_ends(host_engine):
+    service = RuntimeService(discovery=host_engine.discovery)
+    handle = service.loaded("hosted", "a")
+    stream = handle.synthesize("hello")
+    next(stream)
+    service.settings.set("engines.hosted.model", "b")
+    assert resident(service) == ["a"]
+    stream.close()
+    assert resident(service) == []
+    assert service.loaded("hosted").spec.model_id == "b"
+
+
+def test_states_follow_the_engine(host_engine):
+    service = RuntimeService(discovery=host_engine.discovery)
+    engine = service.engine("hosted")
+    assert engine.state == "stopped"
+    handle = engine.load("a")
+    assert engine.state == "ready"
+    stream = handle.synthesize("hi")
+    next(stream)
+    assert engine.state == "busy"
+    stream.close()
+    service.unload("hosted")
+    assert engine.state == "stopped"
+    assert service.loaded_models() == []
+
+
+def test_an_implementation_that_fails_to_import_crashes_the_engine(make_dist, unique, site):
+    engine, plugin = unique("eng"), unique("plug")
+    make_dist(
+        "dist-x",
+        {
+            engine: "raise ImportError('no codec')",
+            plugin: plugin_source(manifest_arguments("x", f"{engine}:Missing")),
+        },
+        {"x": plugin},
+    )
+    service = RuntimeService(discovery=Discovery(path=[str(site)], selection=None))
+    local = service.engine("x")
+    with pytest.raises(EngineError) as caught:
+        local.load()
+    assert caught.value.code == "engine_unavailable"
+    assert local.state == "crashed" and "no codec" in local.error
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        ("compute.max_resident_models", 0, "compute.max_resident_models"),
+        ("engines.x.dtype", "fp8", "engines.x.dtype"),
+        ("engines.x.device", "gpu", "engines.x.device"),
+        ("engines.x.pinned", "yes", "engines.x.pinned"),
+        ("compute.nonsense", 1, "compute.nonsense"),
+    ],
+)
+def test_bad_settings_are_typed_errors_naming_the_key(key, value, field):
+    with pytest.raises(EngineError) as caught:
+        Settings({key: value})
+    assert caught.value.code == "invalid_request" and caught.value.detail["field"] == field

@@ -1,19 +1,31 @@
-"""Device facts that must be answerable without importing torch.
+"""Devices: memory, precision, placement, and out-of-memory recognition.
 
-``is_oom`` recognises an allocation failure by its type name and message, so the host can map it
-without importing torch. ``torch_build`` reads what the installed torch was built for from its
-``version.py`` file, and which accelerators this machine has from the vendors' tools.
+Nothing here runs at import and nothing is module state. ``is_oom`` recognises an allocation
+failure by its type name and message, so the host can map it without importing torch.
 """
 
 from __future__ import annotations
 
-import ast
-import importlib.metadata
-import importlib.util
+import json
+import os
 import platform
-import shutil
-import subprocess
-from pathlib import Path
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from mizuoto_runtime.dtypes import (
+    RULES,
+    DeviceProperties,
+    DtypeChoice,
+    DtypeRule,
+    pick_dtype,
+    unsupported_reason,
+)
+from mizuoto_runtime.probe import probe_devices, torch_build, torch_devices
+from mizuoto_sdk.manifest import device_type
+
+if TYPE_CHECKING:
+    import torch
 
 _OOM_TYPES = {"OutOfMemoryError", "MemoryError"}
 _OOM_MESSAGES = ("out of memory", "can't allocate memory", "cudnn_status_alloc_failed")
@@ -29,76 +41,173 @@ def is_oom(error: BaseException) -> bool:
     return False
 
 
-def _read_torch_version_file() -> dict[str, object] | None:
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    values: dict[str, object] = {}
+class DeviceService:
+    """Memory, precision and placement answers for the devices of this process.
+
+    An object, not module state: tests build one with made-up ``properties`` or with
+    ``simulate={"cpu": bytes}``, which makes the CPU report that much memory and count as an
+    accelerator, so memory accounting and placement run for real without a GPU.
+    """
+
+    def __init__(
+        self,
+        simulate: Mapping[str, int] | None = None,
+        properties: Mapping[str, DeviceProperties] | None = None,
+        rules: Sequence[DtypeRule] = RULES,
+    ) -> None:
+        self._simulate = dict(simulate or {})
+        for device, size in self._simulate.items():
+            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+                raise ValueError(f"simulate[{device!r}]: expected a byte count > 0, got {size!r}")
+        self._properties = dict(properties or {})
+        self._rules = tuple(rules)
+        self._in_use: dict[str, int] = {}
+
+    is_oom = staticmethod(is_oom)
+    probe_devices = staticmethod(probe_devices)
+    torch_build = staticmethod(torch_build)
+
+    def simulated(self, device: str) -> bool:
+        return str(device) in self._simulate
+
+    def is_accelerator(self, device: str) -> bool:
+        """Whether memory on ``device`` is scarce and accounted (a GPU, or a simulated one)."""
+        return device_type(str(device)) != "cpu" or self.simulated(device)
+
+    def account(self, device: str, delta: int) -> None:
+        """Record bytes placed on (or, negative, removed from) a simulated device."""
+        if not self.simulated(device):
+            raise ValueError(f"account: {device!r} is not simulated")
+        self._in_use[device] = self._in_use.get(device, 0) + delta
+
+    def memory(self, device: str) -> tuple[int, int]:
+        """(free, total) bytes; on CUDA, memory torch caches but does not use counts as free."""
+        device = str(device)
+        if self.simulated(device):
+            total = self._simulate[device]
+            return total - self._in_use.get(device, 0), total
+        kind = device_type(device)
+        if kind == "cpu":
+            return _host_memory()
+        import torch
+
+        backend = getattr(torch, kind)
+        if kind == "mps":
+            total = int(backend.recommended_max_memory())
+            return total - int(backend.current_allocated_memory()), total
+        free, total = backend.mem_get_info(torch.device(device))
+        cached = backend.memory_reserved(device) - backend.memory_allocated(device)
+        return int(free + cached), int(total)
+
+    def empty_cache(self, device: str) -> None:
+        kind = device_type(str(device))
+        if kind == "cpu":
+            return
+        import torch
+
+        backend = getattr(torch, kind)
+        if kind == "mps":
+            backend.empty_cache()
+        else:
+            with backend.device(torch.device(device)):
+                backend.empty_cache()
+
+    def synchronize(self, device: str) -> None:
+        kind = device_type(str(device))
+        if kind == "cpu":
+            return
+        import torch
+
+        backend = getattr(torch, kind)
+        backend.synchronize() if kind == "mps" else backend.synchronize(torch.device(device))
+
+    def properties(self, device: str) -> DeviceProperties:
+        """What the dtype rules see (given at construction, or asked of torch)."""
+        device = str(device)
+        if device not in self._properties:
+            self._properties[device] = _torch_properties(device)
+        return self._properties[device]
+
+    def supports(self, device: str, dtype: str) -> bool:
+        return unsupported_reason(self.properties(device), dtype, self._rules) is None
+
+    def pick_dtype(
+        self, device: str, requested: str | None, supported: Sequence[str], cpu: str = "float32"
+    ) -> DtypeChoice:
+        """See ``mizuoto_runtime.dtypes.pick_dtype``; a simulated CPU still computes like a CPU."""
+        return pick_dtype(self.properties(device), requested, supported, cpu, self._rules)
+
+    def float64_device(self, device: str) -> str:
+        """Where a float64 computation runs: ``device``, or the CPU where it has no float64."""
+        return str(device) if self.supports(device, "float64") else "cpu"
+
+    @staticmethod
+    def pin_to_cpu(module: torch.nn.Module) -> torch.nn.Module:
+        """Keep ``module`` on the CPU when its parent moves (dtype changes still apply).
+
+        For float64 parts such as pitch predictors on devices without float64; the caller moves
+        inputs to the CPU (``float64_device`` says when).
+        """
+        original = module._apply
+
+        def apply_on_cpu(fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True):
+            def keep(tensor: torch.Tensor) -> torch.Tensor:
+                # An empty probe shows where and to what dtype ``fn`` would send the tensor,
+                # without allocating on that device or copying the data there and back.
+                probe = fn(tensor.new_empty(0))
+                return fn(tensor) if probe.device.type == "cpu" else tensor.to(probe.dtype)
+
+            return original(keep, recurse)
+
+        module._apply = apply_on_cpu  # type: ignore[method-assign]
+        module.cpu()
+        return module
+
+
+def _host_memory() -> tuple[int, int]:
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = page * os.sysconf("SC_PHYS_PAGES")
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return values
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        value = getattr(node, "value", None)
-        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
-            values[target.id] = value.value
-    return values
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, total
+    except OSError:
+        pass
+    return page * os.sysconf("SC_AVPHYS_PAGES"), total
 
 
-def _run(command: list[str]) -> str | None:
-    if shutil.which(command[0]) is None:
-        return None
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+def _torch_properties(device: str) -> DeviceProperties:
+    kind = device_type(device)
+    if kind == "cpu":
+        return DeviceProperties("cpu")
+    import torch
 
-
-def machine_accelerators() -> list[str]:
-    """Accelerator kinds this machine has, asked of the vendors' tools (never of torch)."""
-    found = []
-    smi = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
-    if smi and smi.strip():
-        found.append("cuda")
-    if _run(["rocm-smi", "--showproductname"]) or _run(["amd-smi", "list"]):
-        found.append("rocm")
-    if platform.system() == "Darwin" and platform.machine() == "arm64":
-        found.append("mps")
-    return found
-
-
-def torch_build() -> dict[str, object]:
-    """What the installed torch was built for, what this machine has, and the install to fix it."""
-    values = _read_torch_version_file()
-    accelerators = machine_accelerators()
-    if values is None:
-        build = None
-        version = None
-    else:
-        version = values.get("__version__") or importlib.metadata.version("torch")
-        build = next(
-            (
-                f"{kind} {values[key]}"
-                for kind, key in (("cuda", "cuda"), ("rocm", "hip"), ("xpu", "xpu"))
-                if values.get(key)
-            ),
-            "cpu",
+    if kind == "cuda":
+        props = torch.cuda.get_device_properties(torch.device(device))
+        return DeviceProperties(
+            "cuda", props.name, (props.major, props.minor), hip=torch.version.hip is not None
         )
-    wanted = accelerators[0] if accelerators else "cpu"
-    matches = build is not None and (build.split()[0] == wanted or wanted == "mps")
-    index = {"cuda": "cu128", "rocm": "rocm6.4", "cpu": "cpu"}.get(wanted)
-    if wanted == "mps":
-        install = "pip install torch"
-    else:
-        install = f"pip install torch --index-url https://download.pytorch.org/whl/{index}"
-    return {
-        "installed": values is not None,
-        "version": version,
-        "build": build,
-        "accelerators": accelerators,
-        "matches_machine": matches,
-        "install": None if matches else install,
-    }
+    if kind == "mps":
+        release = platform.mac_ver()[0]
+        version = tuple(int(p) for p in release.split(".") if p.isdigit()) or None
+        return DeviceProperties("mps", "Apple GPU", macos=version)
+    props = torch.xpu.get_device_properties(torch.device(device))
+    return DeviceProperties(
+        "xpu",
+        props.name,
+        bf16=bool(torch.xpu.is_bf16_supported()),
+        fp64=bool(getattr(props, "has_fp64", True)),
+    )
+
+
+def _main() -> int:
+    """``python -m mizuoto_runtime.device``: torch's view of the devices, as JSON."""
+    import torch
+
+    print(json.dumps({"torch": torch.__version__, "devices": torch_devices()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
-from mizuoto_runtime.device import is_oom
+from mizuoto_runtime.device import DeviceService
 
 
 class Runtime:
-    """What every engine in the process shares. The host creates one, on the first load."""
+    """What every engine in the process shares. The host creates one, on the first load.
 
-    def __init__(self) -> None:
+    ``simulate`` is passed to the DeviceService (``{"cpu": bytes}`` makes the CPU play a GPU).
+    """
+
+    def __init__(self, simulate: Mapping[str, int] | None = None) -> None:
         import torch
 
         self._torch = torch
         self.torch_version: str = torch.__version__
+        self.devices = DeviceService(simulate=simulate)
 
     def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
         """The mode every engine call runs in (loads run outside it, so weights stay normal)."""
@@ -34,13 +39,7 @@ class Runtime:
 
     def release(self, device: str) -> None:
         """Give cached but unused allocator memory on ``device`` back to the driver."""
-        kind = device.partition(":")[0]
-        if kind == "cuda" and self._torch.cuda.is_available():
-            with self._torch.cuda.device(self._torch.device(device)):
-                self._torch.cuda.empty_cache()
-        elif kind == "mps" and hasattr(self._torch, "mps"):
-            self._torch.mps.empty_cache()
-        elif kind == "xpu" and hasattr(self._torch, "xpu") and self._torch.xpu.is_available():
-            self._torch.xpu.empty_cache()
+        self.devices.empty_cache(device)
 
-    is_oom = staticmethod(is_oom)
+    def is_oom(self, error: BaseException) -> bool:
+        return self.devices.is_oom(error)

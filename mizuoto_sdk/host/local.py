@@ -25,10 +25,12 @@ from mizuoto_sdk.errors import (
 )
 from mizuoto_sdk.host.calls import Call, map_error
 from mizuoto_sdk.host.request import EngineRequest
-from mizuoto_sdk.manifest import EngineManifest, ModelEntry, canonical_dtype, device_type
+from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
+    from mizuoto_runtime.dtypes import DtypeChoice
+    from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.host.service import RuntimeService
 
 State = Literal["stopped", "ready", "busy", "crashed"]
@@ -213,20 +215,10 @@ class LocalEngine:
         """The loaded model, loading it if needed (after making room under the resident limit)."""
         settings = self.service.settings
         entry = self._entry(model or settings.engine(self.engine_id, "model"))
-        chosen = self._dtype(dtype or settings.engine(self.engine_id, "dtype"))
         variant = variant or settings.engine(self.engine_id, "variant")
         merged = {**settings.engine(self.engine_id, "options", {}), **(options or {})}
-        key = (entry.id, variant, chosen, json.dumps(merged, sort_keys=True, default=repr))
         with self._lock:
-            handle = self._handles.get(key)
-            if handle is not None:
-                handle.last_used = time.monotonic()
-                return handle
             engine = self.start()
-            self.service.make_room()
-            spec = LoadSpec(
-                entry.id, self.device, chosen, _model_dir(entry, self.engine_id), variant, merged
-            )
             runtime = self.service.runtime
             if not runtime.device_available(self.device):
                 raise map_error(
@@ -237,6 +229,26 @@ class LocalEngine:
                     ),
                     self,
                 )
+            choice = self._dtype(runtime, dtype or settings.engine(self.engine_id, "dtype"))
+            key = (
+                entry.id,
+                variant,
+                choice.dtype,
+                json.dumps(merged, sort_keys=True, default=repr),
+            )
+            handle = self._handles.get(key)
+            if handle is not None:
+                handle.last_used = time.monotonic()
+                return handle
+            self.service.make_room()
+            spec = LoadSpec(
+                entry.id,
+                self.device,
+                choice.dtype,
+                _model_dir(entry, self.engine_id),
+                variant,
+                merged,
+            )
             ctx = RequestContext(seed=0, settings=settings.as_dict())
             started = time.perf_counter()
             try:
@@ -254,6 +266,7 @@ class LocalEngine:
                     raise
                 raise mapped from error
             handle.description.setdefault("load_seconds", time.perf_counter() - started)
+            handle.description.setdefault("dtype_reasons", list(choice.reasons))
             self._handles[key] = handle
             return handle
 
@@ -278,25 +291,11 @@ class LocalEngine:
         except EngineError as error:
             raise map_error(error, self) from None
 
-    def _dtype(self, requested: str | None) -> str:
-        supported = self.manifest.dtypes
-        if requested is None:
-            on_cpu = device_type(self.device) == "cpu"
-            return "float32" if on_cpu and "float32" in supported else supported[0]
+    def _dtype(self, runtime: Runtime, requested: str | None) -> DtypeChoice:
         try:
-            value = canonical_dtype(requested)
-        except (TypeError, ValueError) as error:
-            raise map_error(InvalidRequest(str(error), {"field": "dtype"}), self) from None
-        if value not in supported:
-            raise map_error(
-                InvalidRequest(
-                    f"dtype: engine {self.engine_id!r} supports {', '.join(supported)}, "
-                    f"not {value}",
-                    {"field": "dtype"},
-                ),
-                self,
-            )
-        return value
+            return runtime.devices.pick_dtype(self.device, requested, self.manifest.dtypes)
+        except EngineError as error:
+            raise map_error(error, self) from None
 
 
 def _model_dir(entry: ModelEntry, engine_id: str) -> Path | None:

@@ -1,0 +1,204 @@
+"""What this machine has and what the installed torch was built for, asked without torch.
+
+The vendors' tools (nvidia-smi, rocm-smi / amd-smi) and the platform answer first. torch is asked
+only in a subprocess (``python -m mizuoto_runtime.device``), and only when the installed build may
+see accelerators the tools did not; once torch is imported in this process it is asked directly.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _read_torch_version_file() -> dict[str, object] | None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    values: dict[str, object] = {}
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return values
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            values[target.id] = value.value
+    return values
+
+
+def _run(command: list[str]) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def machine_accelerators() -> list[str]:
+    """Accelerator kinds this machine has, asked of the vendors' tools (never of torch)."""
+    found = []
+    smi = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    if smi and smi.strip():
+        found.append("cuda")
+    if _run(["rocm-smi", "--showproductname"]) or _run(["amd-smi", "list"]):
+        found.append("rocm")
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        found.append("mps")
+    return found
+
+
+def torch_build() -> dict[str, object]:
+    """What the installed torch was built for, what this machine has, and the install to fix it."""
+    values = _read_torch_version_file()
+    accelerators = machine_accelerators()
+    if values is None:
+        build = None
+        version = None
+    else:
+        version = values.get("__version__") or importlib.metadata.version("torch")
+        build = next(
+            (
+                f"{kind} {values[key]}"
+                for kind, key in (("cuda", "cuda"), ("rocm", "hip"), ("xpu", "xpu"))
+                if values.get(key)
+            ),
+            "cpu",
+        )
+    wanted = accelerators[0] if accelerators else "cpu"
+    matches = build is not None and (build.split()[0] == wanted or wanted == "mps")
+    index = {"cuda": "cu128", "rocm": "rocm6.4", "cpu": "cpu"}.get(wanted)
+    if wanted == "mps":
+        install = "pip install torch"
+    else:
+        install = f"pip install torch --index-url https://download.pytorch.org/whl/{index}"
+    return {
+        "installed": values is not None,
+        "version": version,
+        "build": build,
+        "accelerators": accelerators,
+        "matches_machine": matches,
+        "install": None if matches else install,
+    }
+
+
+def _nvidia_devices() -> list[dict[str, object]]:
+    out = _run(
+        ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"]
+    )
+    devices = []
+    for line in (out or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
+            devices.append(
+                {
+                    "device": f"cuda:{parts[0]}",
+                    "name": parts[1],
+                    "total_memory": int(parts[2]) * 2**20,
+                    "source": "nvidia-smi",
+                }
+            )
+    return devices
+
+
+def _amd_devices() -> list[dict[str, object]]:
+    out = _run(["rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"])
+    try:
+        cards = json.loads(out) if out else {}
+    except json.JSONDecodeError:
+        return []
+    devices = []
+    for index, (_, info) in enumerate(sorted(cards.items())):
+        if not isinstance(info, dict):
+            continue
+        total = next((v for k, v in info.items() if "Total Memory" in k), 0)
+        devices.append(
+            {
+                "device": f"cuda:{index}",  # ROCm builds of torch name AMD GPUs cuda:N
+                "name": info.get("Card series") or info.get("Card model") or "AMD GPU",
+                "total_memory": int(total) if str(total).isdigit() else 0,
+                "source": "rocm-smi",
+            }
+        )
+    return devices
+
+
+def torch_devices() -> list[dict[str, object]]:
+    """The accelerators torch sees, asked in this process (so it imports torch)."""
+    import torch
+
+    devices: list[dict[str, object]] = []
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            devices.append(
+                {
+                    "device": f"cuda:{index}",
+                    "name": props.name,
+                    "total_memory": int(props.total_memory),
+                    "capability": [props.major, props.minor],
+                    "source": "torch",
+                }
+            )
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        for index in range(xpu.device_count()):
+            props = xpu.get_device_properties(index)
+            devices.append(
+                {
+                    "device": f"xpu:{index}",
+                    "name": props.name,
+                    "total_memory": int(props.total_memory),
+                    "source": "torch",
+                }
+            )
+    if torch.backends.mps.is_available():
+        total = int(getattr(torch.mps, "recommended_max_memory", lambda: 0)())
+        devices.append(
+            {"device": "mps", "name": "Apple GPU", "total_memory": total, "source": "torch"}
+        )
+    return devices
+
+
+def _torch_devices_in_subprocess() -> list[dict[str, object]]:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mizuoto_runtime.device"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        return list(json.loads(done.stdout)["devices"]) if done.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return []
+
+
+def probe_devices() -> list[dict[str, object]]:
+    """Accelerators as ``{"device", "name", "total_memory", "source"}``, without importing torch.
+
+    Asks torch directly once it is imported here; otherwise the vendors' tools, and torch in a
+    subprocess only when they found nothing but the installed build targets an accelerator.
+    """
+    if "torch" in sys.modules:
+        return torch_devices()
+    found = _nvidia_devices() + _amd_devices()
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        found.append(
+            {"device": "mps", "name": "Apple GPU", "total_memory": 0, "source": "platform"}
+        )
+    build = torch_build()["build"]
+    if not found and build not in (None, "cpu"):
+        found = _torch_devices_in_subprocess()
+    return found

@@ -1,0 +1,85 @@
+"""The static scan bites on each banned pattern, through aliases, and spares the allowed ones."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from mizuoto_runtime.audit import scan_source, scan_tree
+
+BANNED = {
+    "import torch\ntorch.manual_seed(0)": "global_rng",
+    "import torch\ntorch.cuda.manual_seed_all(0)": "global_rng",
+    "from torch import manual_seed as ms\nms(1)": "global_rng",
+    "import numpy as np\nnp.random.seed(0)": "global_rng",
+    "import random\nrandom.seed(0)": "global_rng",
+    "import os\nos.chdir('/')": "process_state",
+    "import os\nos.environ['X'] = '1'": "process_state",
+    "from os import environ\nenviron['X'] = '1'": "process_state",
+    "import os\nos.environ.update(X='1')": "process_state",
+    "import os\ndel os.environ['X']": "process_state",
+    "import os\nos.putenv('X', '1')": "process_state",
+    "import sys\nsys.path.insert(0, 'x')": "process_state",
+    "import sys\nsys.path[:] = []": "process_state",
+    "import logging\nlogging.basicConfig()": "logging_config",
+    "import torch\ntorch.set_default_dtype(torch.float64)": "torch_global",
+    "import torch\ntorch.use_deterministic_algorithms(True)": "torch_global",
+    "import torch\ntorch.set_grad_enabled(False)": "torch_global",
+    "import torch\ntorch.backends.cudnn.benchmark = True": "torch_flags",
+    "import torch.backends.cudnn as cudnn\ncudnn.deterministic = True": "torch_flags",
+    "from torch.backends import cuda\ncuda.matmul.allow_tf32 = True": "torch_flags",
+    "import torch\nsetattr(torch.backends.cudnn, 'benchmark', True)": "torch_flags",
+    "import torch._inductor.config as c\nc.max_autotune = True": "torch_flags",
+    "import torch\ntorch._dynamo.config.cache_size_limit += 8": "torch_flags",
+    "import warnings\nwarnings.simplefilter('ignore')": "warnings_filters",
+    "import torch.nn.functional as F\ndef f(q, k, v):\n"
+    "    return F.scaled_dot_product_attention(q, k, v)": "attention",
+    "from torch.nn.functional import scaled_dot_product_attention as a\na(1, 2, 3)": "attention",
+}
+
+ALLOWED = [
+    "import torch\ng = torch.Generator().manual_seed(0)",
+    "import numpy as np\nrng = np.random.default_rng(0)",
+    "import torch\nwith torch.set_grad_enabled(False):\n    pass",
+    "import torch\nenabled = torch.backends.cudnn.enabled",
+    "import warnings\nwith warnings.catch_warnings():\n    warnings.simplefilter('ignore')",
+    "import os\nvalue = os.environ.get('HOME')",
+    "import os\nenv = dict(os.environ)\nenv['X'] = '1'",
+    "import logging\nlog = logging.getLogger(__name__)",
+]
+
+
+@pytest.mark.parametrize("source", BANNED)
+def test_each_banned_pattern_is_found_with_its_rule(source):
+    (violation,) = scan_source(source, "engine.py")
+    assert violation.rule == BANNED[source]
+    assert violation.line == source.count("\n") + 1
+    assert violation.hint and violation.path == "engine.py"
+
+
+@pytest.mark.parametrize("source", ALLOWED)
+def test_private_generators_reads_and_restoring_contexts_are_fine(source):
+    assert scan_source(source) == []
+
+
+def test_scan_tree_skips_tests_honours_the_allowlist_and_reports_unparsable_files(tmp_path):
+    files = {
+        "pkg/engine.py": "import torch\ndef load():\n    torch.manual_seed(0)\n",
+        "pkg/tests/test_engine.py": "import torch\ntorch.manual_seed(0)\n",
+        "pkg/mizuoto_runtime/accel/features.py": "import torch\ndef apply():\n"
+        "    torch.backends.cudnn.benchmark = True\n"
+        "def other():\n    torch.backends.cudnn.benchmark = False\n",
+        "pkg/broken.py": "def (:\n",
+    }
+    for name, source in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    found = {(v.path, v.rule, v.function) for v in scan_tree(tmp_path)}
+    assert found == {
+        ("pkg/engine.py", "global_rng", "load"),
+        ("pkg/mizuoto_runtime/accel/features.py", "torch_flags", "other"),
+        ("pkg/broken.py", "syntax", "<module>"),
+    }
+    assert "ctx.generator_for" in str(next(v for v in scan_tree(tmp_path / "pkg/engine.py")))

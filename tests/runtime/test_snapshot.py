@@ -1,0 +1,158 @@
+"""snapshot() notices each kind of process-state change, and names it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+
+from mizuoto_runtime.snapshot import snapshot
+
+
+def _restore_torch_rng(state=torch.get_rng_state()):  # noqa: B008 - read once at import
+    torch.set_rng_state(state)
+
+
+CHANGES: dict[str, tuple[Callable[[], object], str]] = {
+    # name: (a change a careless engine makes, the entry the diff must name)
+    "torch seed": (lambda: torch.manual_seed(1), "torch.rng.cpu"),
+    "torch draw": (lambda: torch.rand(1), "torch.rng.cpu"),
+    "numpy seed": (lambda: np.random.seed(1), "numpy.random.state"),
+    "random seed": (lambda: random.seed(1), "random.state"),
+    "default dtype": (lambda: torch.set_default_dtype(torch.float64), "torch.default_dtype"),
+    "deterministic": (
+        lambda: torch.use_deterministic_algorithms(True),
+        "torch.deterministic_algorithms",
+    ),
+    "cudnn flag": (
+        lambda: setattr(torch.backends.cudnn, "benchmark", True),
+        "torch.backends.cudnn.benchmark",
+    ),
+    "tf32 flag": (
+        lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", True),
+        "torch.backends.cuda.matmul.allow_tf32",
+    ),
+    "matmul precision": (
+        lambda: torch.set_float32_matmul_precision("medium"),
+        "torch.float32_matmul_precision",
+    ),
+    "threads": (
+        lambda: torch.set_num_threads(max(1, torch.get_num_threads() - 1) or 1),
+        "torch.num_threads",
+    ),
+    "grad mode": (lambda: torch.set_grad_enabled(False), "torch.grad_enabled"),
+    "environment": (
+        lambda: os.environ.__setitem__("MIZUOTO_SNAPSHOT_TEST", "1"),
+        "os.environ[MIZUOTO_SNAPSHOT_TEST]",
+    ),
+    "cwd": (lambda: os.chdir("/"), "os.cwd"),
+    "sys.path": (lambda: sys.path.append("/nowhere"), "sys.path"),
+    "logging": (lambda: logging.basicConfig(level=logging.DEBUG, force=True), "logging.root.level"),
+    "logger": (
+        lambda: logging.getLogger("mizuoto.snapshot.test").setLevel(logging.ERROR),
+        "logging.logger[mizuoto.snapshot.test]",
+    ),
+    "handler": (
+        lambda: logging.getLogger().addHandler(logging.NullHandler()),
+        "logging.root.handlers",
+    ),
+    "warnings": (lambda: warnings.simplefilter("ignore"), "warnings.filters"),
+}
+
+
+@pytest.fixture
+def restore():
+    """Put back everything the changes below touch, whatever happens."""
+    saved = (
+        torch.get_rng_state(),
+        np.random.get_state(),
+        random.getstate(),
+        torch.get_default_dtype(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.get_float32_matmul_precision(),
+        torch.get_num_threads(),
+        torch.is_grad_enabled(),
+        os.getcwd(),
+        list(sys.path),
+        list(warnings.filters),
+        logging.getLogger().level,
+        list(logging.getLogger().handlers),
+    )
+    yield
+    (
+        rng,
+        np_state,
+        py_state,
+        dtype,
+        deterministic,
+        benchmark,
+        tf32,
+        precision,
+        threads,
+        grad,
+        cwd,
+        path,
+        filters,
+        level,
+        handlers,
+    ) = saved
+    torch.set_rng_state(rng)
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+    torch.set_default_dtype(dtype)
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.benchmark = benchmark
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.set_float32_matmul_precision(precision)
+    torch.set_num_threads(threads)
+    torch.set_grad_enabled(grad)
+    os.chdir(cwd)
+    sys.path[:] = path
+    warnings.filters[:] = filters
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.handlers[:] = handlers
+    os.environ.pop("MIZUOTO_SNAPSHOT_TEST", None)
+    logging.getLogger("mizuoto.snapshot.test").setLevel(logging.NOTSET)
+
+
+def test_an_untouched_process_has_no_diff():
+    assert snapshot().diff(snapshot()) == []
+
+
+@pytest.mark.parametrize("kind", CHANGES)
+def test_each_kind_of_change_is_named(kind, restore):
+    change, entry = CHANGES[kind]
+    if kind == "threads" and torch.get_num_threads() == 1:
+        change = lambda: torch.set_num_threads(2)  # noqa: E731
+    before = snapshot()
+    change()
+    names = [c.name for c in before.diff(snapshot())]
+    assert entry in names, f"{kind}: diff named {names}"
+
+
+def test_the_diff_shows_before_and_after():
+    before = snapshot()
+    os.environ["MIZUOTO_SNAPSHOT_TEST"] = "x"
+    try:
+        (change,) = before.diff(snapshot())
+    finally:
+        del os.environ["MIZUOTO_SNAPSHOT_TEST"]
+    assert (change.before, change.after) == (None, "x")
+    assert str(change) == "os.environ[MIZUOTO_SNAPSHOT_TEST]: None -> 'x'"
+
+
+def test_a_private_generator_changes_nothing():
+    before = snapshot()
+    torch.rand(3, generator=torch.Generator().manual_seed(0))
+    np.random.default_rng(0).random(3)
+    assert before.diff(snapshot()) == []

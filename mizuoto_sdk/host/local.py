@@ -59,7 +59,7 @@ class LocalHandle:
 
     @property
     def handles(self) -> tuple[object, ...]:
-        return tuple(self.loaded.handles)
+        return () if self.loaded is None else tuple(self.loaded.handles)
 
     def begin_call(self) -> None:
         with self._lock:
@@ -178,7 +178,8 @@ class LocalEngine:
         self.error: str | None = None
         self._engine: Engine | None = None
         self._handles: dict[tuple[object, ...], LocalHandle] = {}
-        self._lock = threading.RLock()
+        # One lock for every engine of the service: loading here may unload models elsewhere.
+        self._lock = service.registry_lock
 
     @property
     def state(self) -> State:

@@ -30,13 +30,13 @@ class RuntimeService:
         self.discovery = discovery if discovery is not None else Discovery()
         self._engines: dict[tuple[str, str], LocalEngine] = {}
         self._runtime = None
-        self._lock = threading.RLock()
+        self.registry_lock = threading.RLock()
         self.settings.subscribe(self._setting_changed)
 
     @property
     def runtime(self):  # -> mizuoto_runtime.runtime.Runtime
         """The process's runtime, created (importing torch) on first use."""
-        with self._lock:
+        with self.registry_lock:
             if self._runtime is None:
                 from mizuoto_runtime.runtime import Runtime
 
@@ -46,7 +46,7 @@ class RuntimeService:
     def engine(self, engine_id: str, device: str | None = None) -> LocalEngine:
         """The LocalEngine for ``engine_id`` on ``device`` (default: its setting, else cpu)."""
         device = device or self.settings.engine(engine_id, "device") or "cpu"
-        with self._lock:
+        with self.registry_lock:
             engine = self._engines.get((engine_id, device))
             if engine is None:
                 engine = LocalEngine(self, engine_id, device)
@@ -69,7 +69,7 @@ class RuntimeService:
         )
 
     def engines(self) -> list[LocalEngine]:
-        with self._lock:
+        with self.registry_lock:
             return list(self._engines.values())
 
     def handles(self) -> list[LocalHandle]:
@@ -96,7 +96,7 @@ class RuntimeService:
         unloaded: list[str] = []
         if limit is None:
             return unloaded
-        with self._lock:
+        with self.registry_lock:
             handles = self.handles()
             candidates = sorted(
                 (h for h in handles if not h.busy and not self._pinned(h)),

@@ -46,8 +46,10 @@ def main() -> None:
     torch_time, torch_memory = results["python -c 'import torch'"]
     print(f"{'command':<28}{'median s':>10}{'peak MiB':>10}{'time/torch':>12}{'mem/torch':>11}")
     for name, (seconds, memory) in results.items():
-        print(f"{name:<28}{seconds:>10.3f}{memory:>10.1f}{seconds / torch_time:>12.2f}"
-              f"{memory / torch_memory:>11.2f}")
+        print(
+            f"{name:<28}{seconds:>10.3f}{memory:>10.1f}{seconds / torch_time:>12.2f}"
+            f"{memory / torch_memory:>11.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,18 +31,40 @@ def test_the_walkthrough_engine_works(tmp_path):
     (package / "engine.py").write_text(python[1])
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--target", str(site), str(project)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "--target",
+            str(site),
+            str(project),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     mizuoto = [sys.executable, "-m", "mizuoto_sdk.cli"]
-    listed = subprocess.run([*mizuoto, "engines"], env=env, capture_output=True, text=True,
-                            check=True, timeout=120)
-    assert any(line.split()[:4] == ["hum", "mizuoto-engine-hum", "0.1.0", "ok"]
-               for line in listed.stdout.splitlines()), listed.stdout
+    listed = subprocess.run(
+        [*mizuoto, "engines"], env=env, capture_output=True, text=True, check=True, timeout=120
+    )
+    assert any(
+        line.split()[:4] == ["hum", "mizuoto-engine-hum", "0.1.0", "ok"]
+        for line in listed.stdout.splitlines()
+    ), listed.stdout
     out = tmp_path / "hum.wav"
-    synth = subprocess.run([*mizuoto, "synth", "hum", "one two", "-o", str(out), "--seed", "1"],
-                           env=env, capture_output=True, text=True, timeout=120, check=False)
+    synth = subprocess.run(
+        [*mizuoto, "synth", "hum", "one two", "-o", str(out), "--seed", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert synth.returncode == 0, synth.stderr
     assert "2 chunks" in synth.stdout and out.stat().st_size > 44

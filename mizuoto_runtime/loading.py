@@ -1,0 +1,507 @@
+"""Reading checkpoints, renaming their keys, and putting them into a module without copying.
+
+``load_state_dict`` reads safetensors memory-mapped (a tensor's bytes are read from the page cache
+when first touched) and pickles with ``weights_only=True`` (loading never runs code), and turns
+every way a checkpoint can be wrong into a ``CheckpointError`` that names the path. ``load_into`` is
+strict: every missing, unexpected, mis-shaped or mis-typed key is reported in one ``LoadError``, and
+when dtype and device already match the checkpoint's tensors become the parameters, so a mapped
+file stays mapped and loading a model costs about as much as opening its file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import pickle
+import zipfile
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import Tensor, nn
+
+__all__ = [
+    "CheckpointError",
+    "LoadError",
+    "LoadResult",
+    "fold_weight_norm",
+    "load_into",
+    "load_state_dict",
+    "replace_prefixes",
+    "strip_prefix",
+]
+
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+
+# Folder layouts in preference order: the first name, or else the only match of the patterns.
+_FOLDER_LAYOUTS = (
+    ("model.safetensors.index.json", "*.safetensors.index.json"),
+    ("model.safetensors", "*.safetensors"),
+    ("pytorch_model.bin.index.json", "*.bin.index.json"),
+    ("pytorch_model.bin", "*.bin", "*.pt", "*.pth", "*.ckpt"),
+)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint could not be read; the message names the path and what was expected there."""
+
+    def __init__(self, path: str | PathLike[str], problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = Path(path)
+        self.problem = problem
+
+
+class LoadError(ValueError):
+    """A state dict does not fit a module; every offending key is listed, one per line."""
+
+    def __init__(
+        self,
+        message: str,
+        missing: tuple[str, ...],
+        unexpected: tuple[str, ...],
+        mismatched: tuple[str, ...],
+    ) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.unexpected = unexpected
+        self.mismatched = mismatched
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """The keys ``load_into`` did not load: expected but absent, and present but not expected."""
+
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+
+
+def load_state_dict(
+    path: str | PathLike[str], *, device: str | torch.device = "cpu", member: str | None = None
+) -> dict[str, Tensor]:
+    """Read the tensors of a checkpoint file or folder, onto ``device``.
+
+    ``path`` is a ``.safetensors`` file, a pickle (``.pt``, ``.pth``, ``.bin``, ``.ckpt``) or a
+    folder in transformers' layout: ``model.safetensors.index.json`` naming shards in
+    ``weight_map``, or a single ``model.safetensors`` (then the ``.bin`` equivalents; any single
+    ``*.safetensors`` also does). Safetensors on the CPU are memory-mapped, not read. Pickles are
+    read with ``torch.load(weights_only=True)``, memory-mapped when saved in torch's zip format; a
+    pickle holding anything but tensors and plain containers is refused. ``member`` picks the
+    state dict out of a pickle that nests it (``{"generator": {...}, "optimizer": ...}``).
+    With an index, the tensors are those its ``weight_map`` names, in its order.
+    """
+    path = Path(path)
+    device = torch.device(device)
+    if path.is_dir():
+        path = _resolve_folder(path)
+    elif not path.exists():
+        raise CheckpointError(
+            path, "no such file or folder; expected a checkpoint file or a folder holding one"
+        )
+    if member is not None and path.suffix.lower() not in PICKLE_SUFFIXES:
+        raise CheckpointError(
+            path, f"member={member!r} applies to pickle checkpoints only; use strip_prefix"
+        )
+    if path.name.endswith(".index.json"):
+        return _load_index(path, device)
+    return _load_file(path, device, member)
+
+
+def _resolve_folder(folder: Path) -> Path:
+    for preferred, *patterns in _FOLDER_LAYOUTS:
+        if (folder / preferred).is_file():
+            return folder / preferred
+        is_index = preferred.endswith(".index.json")
+        found = sorted(
+            {
+                p
+                for pattern in patterns
+                for p in folder.glob(pattern)
+                if p.is_file() and p.name.endswith(".index.json") == is_index
+            }
+        )
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            kind = "index files" if is_index else "checkpoint files and no index"
+            raise CheckpointError(
+                folder, f"ambiguous: several {kind}: {_names([p.name for p in found])}"
+            )
+    present = _names(sorted(p.name for p in folder.iterdir())) or "nothing"
+    raise CheckpointError(
+        folder,
+        "no checkpoint found; expected model.safetensors.index.json, model.safetensors, "
+        f"pytorch_model.bin(.index.json) or a single .safetensors/.pt file; it holds {present}",
+    )
+
+
+def _load_file(path: Path, device: torch.device, member: str | None = None) -> dict[str, Tensor]:
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        return _load_safetensors(path, device)
+    if suffix in PICKLE_SUFFIXES:
+        return _load_pickle(path, device, member)
+    raise CheckpointError(
+        path,
+        f"unknown checkpoint format {suffix or '(no suffix)'!r}; expected .safetensors, "
+        f"{', '.join(PICKLE_SUFFIXES)}, or a folder with model.safetensors(.index.json)",
+    )
+
+
+def _load_safetensors(
+    path: Path, device: torch.device, keys: list[str] | None = None
+) -> dict[str, Tensor]:
+    try:
+        with safe_open(str(path), framework="pt", device=str(device)) as file:
+            available = set(file.keys())
+            lacking = [k for k in keys or () if k not in available]
+            if lacking:
+                raise CheckpointError(
+                    path, f"the index places {_names(lacking)} in this shard, which lacks them"
+                )
+            return {k: file.get_tensor(k) for k in (keys if keys is not None else file.keys())}
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(path, f"not a readable safetensors file ({exc})") from exc
+
+
+def _load_pickle(path: Path, device: torch.device, member: str | None) -> dict[str, Tensor]:
+    # Only torch's zip format can be mapped; files from torch < 1.6 are read whole.
+    mmap = zipfile.is_zipfile(path)
+    try:
+        loaded = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        reason = str(exc).partition("WeightsUnpickler error:")[2].strip().split("\n")[0]
+        if "Unsupported global" in reason:
+            raise CheckpointError(
+                path,
+                "refused: the pickle holds Python objects besides tensors and plain containers, "
+                f"and is read with weights_only=True so loading it cannot run code ({reason}); "
+                "convert it to safetensors where you trust its source",
+            ) from exc
+        raise CheckpointError(path, f"not a readable torch checkpoint ({reason or exc})") from exc
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise CheckpointError(
+            path, f"not a readable torch checkpoint ({type(exc).__name__}: {exc})"
+        ) from exc
+    if member is not None:
+        if not isinstance(loaded, Mapping) or member not in loaded:
+            keys = list(loaded) if isinstance(loaded, Mapping) else type(loaded).__name__
+            raise CheckpointError(path, f"no member {member!r}; the checkpoint holds {keys}")
+        loaded = loaded[member]
+    return _as_state_dict(path, loaded, member)
+
+
+def _as_state_dict(path: Path, loaded: object, member: str | None) -> dict[str, Tensor]:
+    where = f"member {member!r}" if member else "the checkpoint"
+    if not isinstance(loaded, Mapping):
+        raise CheckpointError(
+            path, f"{where} is a {type(loaded).__name__}; expected a mapping of names to tensors"
+        )
+    others = {k: v for k, v in loaded.items() if not (isinstance(k, str) and isinstance(v, Tensor))}
+    if others:
+        found = ", ".join(f"{k!r} ({type(v).__name__})" for k, v in list(others.items())[:8])
+        nested = [k for k, v in others.items() if isinstance(v, Mapping)]
+        hint = f"; pass member= one of {nested} to pick a nested state dict" if nested else ""
+        raise CheckpointError(
+            path, f"expected {where} to map names to tensors, but it holds {found}{hint}"
+        )
+    return dict(loaded)
+
+
+def _load_index(index: Path, device: torch.device) -> dict[str, Tensor]:
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(index, f"not a readable index JSON ({exc})") from exc
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise CheckpointError(
+            index, 'expected a JSON object with "weight_map": {tensor name: shard file name}'
+        )
+    by_shard: dict[str, list[str]] = {}
+    for key, shard in weight_map.items():
+        by_shard.setdefault(shard, []).append(key)
+    outside = [s for s in by_shard if Path(s).is_absolute() or ".." in Path(s).parts]
+    if outside:
+        raise CheckpointError(index, f"names shards outside its folder: {_names(outside)}")
+    absent = [s for s in by_shard if not (index.parent / s).is_file()]
+    if absent:
+        raise CheckpointError(
+            index, f"names shards that do not exist in {index.parent}: {_names(absent)}"
+        )
+    tensors: dict[str, Tensor] = {}
+    for shard, keys in by_shard.items():
+        shard_path = index.parent / shard
+        if shard_path.suffix.lower() == ".safetensors":
+            tensors.update(_load_safetensors(shard_path, device, keys))
+            continue
+        loaded = _load_file(shard_path, device)
+        lacking = [k for k in keys if k not in loaded]
+        if lacking:
+            raise CheckpointError(
+                shard_path, f"{index.name} places {_names(lacking)} in this shard, which lacks them"
+            )
+        tensors.update((k, loaded[k]) for k in keys)
+    return {k: tensors[k] for k in weight_map}
+
+
+def _names(keys: list[str], limit: int = 10) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown if len(keys) <= limit else f"{shown} and {len(keys) - limit} more"
+
+
+def strip_prefix(state_dict: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    """The entries whose key starts with ``prefix``, with it removed; the others are left out.
+
+    This picks a submodule's weights out of a whole-model checkpoint (``"decoder."``) or drops a
+    wrapper's prefix (``"module."``). No key under ``prefix`` is an error, since loading nothing is
+    never what was meant. Tensors are not copied.
+    """
+    out = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    if not out:
+        heads = sorted({k.split(".", 1)[0] + "." for k in state_dict})
+        raise ValueError(f"no key starts with {prefix!r}; keys start with {_names(heads)}")
+    return out
+
+
+def replace_prefixes(
+    state_dict: Mapping[str, Tensor], replacements: Mapping[str, str]
+) -> dict[str, Tensor]:
+    """Rename keys by prefix: each key's longest matching ``old`` prefix becomes ``new``.
+
+    Keys that match no prefix are kept as they are; ``{"": "model."}`` prefixes every key. Two keys
+    renamed onto one name are an error naming both. Order and tensors are kept.
+    """
+    olds = sorted(replacements, key=len, reverse=True)
+    out: dict[str, Tensor] = {}
+    source: dict[str, str] = {}
+    for key, value in state_dict.items():
+        old = next((o for o in olds if key.startswith(o)), None)
+        new_key = key if old is None else replacements[old] + key[len(old) :]
+        if new_key in out:
+            raise ValueError(
+                f"replace_prefixes renames both {source[new_key]!r} and {key!r} to {new_key!r}"
+            )
+        out[new_key] = value
+        source[new_key] = key
+    return out
+
+
+_WEIGHT_NORM_NAMES = (
+    ("weight_g", "weight_v"),
+    ("parametrizations.weight.original0", "parametrizations.weight.original1"),
+)
+
+
+def _weight_norm_pair(key: str) -> tuple[str, str, str] | None:
+    for g_name, v_name in _WEIGHT_NORM_NAMES:
+        for name in (g_name, v_name):
+            if key == name or key.endswith("." + name):
+                base = key[: len(key) - len(name)]
+                return base, base + g_name, base + v_name
+    return None
+
+
+def fold_weight_norm(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Replace each weight-norm pair by the ``weight`` it stands for: ``g * v / ||v||``.
+
+    Both namings are folded: ``torch.nn.utils.weight_norm``'s ``*.weight_g`` / ``*.weight_v`` and
+    ``parametrizations.weight_norm``'s ``*.parametrizations.weight.original0`` / ``original1``.
+    The norm runs over every dim of ``v`` except the one where ``g`` is not 1 (``dim=None``: a
+    scalar ``g``, the whole tensor), as torch does; half-precision pairs are computed in float32
+    and returned in ``v``'s dtype. The folded key takes the pair's place; other keys are kept.
+    """
+    out: dict[str, Tensor] = {}
+    folded: set[str] = set()
+    for key, value in state_dict.items():
+        pair = _weight_norm_pair(key)
+        if pair is None:
+            if key in out:
+                raise ValueError(f"fold_weight_norm: {key!r} is both stored and weight-normed")
+            out[key] = value
+            continue
+        if key in folded:
+            continue
+        base, g_key, v_key = pair
+        target = base + "weight"
+        if g_key not in state_dict or v_key not in state_dict:
+            raise ValueError(f"fold_weight_norm: {key!r} needs both {g_key!r} and {v_key!r}")
+        if target in state_dict or target in out:
+            raise ValueError(f"fold_weight_norm: {target!r} is both stored and weight-normed")
+        out[target] = _fold(target, state_dict[g_key], state_dict[v_key])
+        folded.update((g_key, v_key))
+    return out
+
+
+def _fold(name: str, g: Tensor, v: Tensor) -> Tensor:
+    kept = [i for i, size in enumerate(g.shape) if size != 1]
+    if g.dim() not in (0, v.dim()) or len(kept) > 1 or any(g.shape[i] != v.shape[i] for i in kept):
+        raise ValueError(
+            f"fold_weight_norm: {name}: g of shape {list(g.shape)} does not fit v of shape "
+            f"{list(v.shape)}"
+        )
+    work = v.float() if v.dtype in (torch.float16, torch.bfloat16) else v
+    dims = [i for i in range(v.dim()) if i not in kept]
+    norm = torch.linalg.vector_norm(work, dim=dims, keepdim=True)
+    return (work * (g.to(work.dtype) / norm)).to(v.dtype)
+
+
+def load_into(
+    module: nn.Module,
+    state_dict: Mapping[str, Tensor],
+    *,
+    ignore: Collection[str] = (),
+    strict: bool = True,
+    cast: bool = False,
+) -> LoadResult:
+    """Make ``state_dict``'s tensors the parameters and persistent buffers of ``module``.
+
+    Strict by default: keys the module expects but the checkpoint lacks, keys it holds but the
+    module does not expect, shapes that differ and dtypes that differ are all reported together in
+    one ``LoadError``, each key with what was expected and what was found. ``ignore`` holds key
+    names or glob patterns (``"*.inv_freq"``) that may be missing or unexpected; ``strict=False``
+    lets any key be missing or unexpected. Shape and dtype mismatches are errors either way.
+
+    When a tensor already has the parameter's dtype and device (or the module is on ``meta``), it
+    becomes the parameter as it is, not copied: a memory-mapped checkpoint stays mapped and shares
+    storage with the model. A tensor on another device is moved there. A dtype that differs is an
+    error, because a silent cast copies the whole model and may lose precision; ``cast=True``
+    converts floating-point tensors to the dtype the module declares (build or ``.to()`` the module
+    in the dtype it should run in, on ``meta`` that costs nothing). Integer and bool dtypes are
+    never converted.
+
+    Tied weights (one tensor under several names, as ``state_dict()`` lists them) stay tied: one
+    name present in the checkpoint fills all of them, and several names must hold equal values.
+    Returns the keys that were not loaded.
+    """
+    patterns = (ignore,) if isinstance(ignore, str) else tuple(ignore)
+    expected, groups = _expected_tensors(module)
+    missing: list[str] = []
+    problems: list[str] = []
+    mismatched: list[str] = []
+    plan: list[tuple[list[str], Tensor]] = []
+    for names in groups:
+        present = [n for n in names if n in state_dict]
+        if not present:
+            missing.extend(names)
+            continue
+        target = expected[names[0]]
+        bad = [
+            (n, why) for n in present if (why := _mismatch(target, state_dict[n], cast)) is not None
+        ]
+        first = state_dict[present[0]]
+        if not bad:
+            bad = [
+                (n, ("tied", f"shares one tensor with {present[0]}, but their values differ"))
+                for n in present[1:]
+                if not _same_values(first, state_dict[n])
+            ]
+        for name, why in bad:
+            problems.append(f"  {why[0]:<10} {name}: {why[1]}")
+            mismatched.append(name)
+        if not bad:
+            plan.append((names, first))
+    unexpected = [k for k in state_dict if k not in expected]
+    loud_missing = [k for k in missing if not _ignored(k, patterns)]
+    loud_unexpected = [k for k in unexpected if not _ignored(k, patterns)]
+    if not strict:
+        loud_missing, loud_unexpected = [], []
+    if problems or loud_missing or loud_unexpected:
+        lines = [f"  {'missing':<10} {k}: expected {_describe(expected[k])}" for k in loud_missing]
+        lines += [
+            f"  {'unexpected':<10} {k}: found {_describe(state_dict[k])}" for k in loud_unexpected
+        ]
+        lines += problems
+        counts = f"{len(loud_missing)} missing, {len(loud_unexpected)} unexpected, "
+        counts += f"{len(mismatched)} mismatched"
+        message = f"cannot load the state dict into {type(module).__name__} ({counts}):\n"
+        message += "\n".join(lines) + _prefix_hint(loud_missing, loud_unexpected)
+        raise LoadError(message, tuple(loud_missing), tuple(loud_unexpected), tuple(mismatched))
+    with torch.no_grad():
+        for names, source in plan:
+            _assign(module, names, expected[names[0]], source)
+    return LoadResult(missing=tuple(missing), unexpected=tuple(unexpected))
+
+
+def _expected_tensors(module: nn.Module) -> tuple[dict[str, Tensor], list[list[str]]]:
+    """Every parameter and persistent buffer by name, and the names grouped by tensor (ties)."""
+    persistent = module.state_dict(keep_vars=True).keys()
+    named = [*module.named_parameters(remove_duplicate=False)]
+    named += [*module.named_buffers(remove_duplicate=False)]
+    expected = {name: t for name, t in named if name in persistent}
+    by_tensor: dict[int, list[str]] = {}
+    for name, tensor in expected.items():
+        by_tensor.setdefault(id(tensor), []).append(name)
+    order = {name: i for i, name in enumerate(persistent)}
+    groups = sorted(by_tensor.values(), key=lambda names: order[names[0]])
+    return expected, groups
+
+
+def _mismatch(target: Tensor, found: Tensor, cast: bool) -> tuple[str, str] | None:
+    if not isinstance(found, Tensor):
+        return "type", f"expected a tensor, found {type(found).__name__}"
+    if target.shape != found.shape:
+        return "shape", f"expected {_describe(target)}, found {_describe(found)}"
+    if target.dtype != found.dtype and not (
+        cast and target.dtype.is_floating_point and found.dtype.is_floating_point
+    ):
+        floats = target.dtype.is_floating_point and found.dtype.is_floating_point
+        fix = " (cast=True converts it)" if floats else ""
+        return "dtype", f"expected {_describe(target)}, found {_describe(found)}{fix}"
+    return None
+
+
+def _same_values(a: Tensor, b: Tensor) -> bool:
+    same_view = a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
+    return a.device == b.device and (same_view or torch.equal(a, b))
+
+
+def _ignored(key: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+
+def _describe(tensor: object) -> str:
+    if not isinstance(tensor, Tensor):
+        return f"a {type(tensor).__name__}"
+    return f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}"
+
+
+def _prefix_hint(missing: list[str], unexpected: list[str]) -> str:
+    """Suggest the rename when the checkpoint's keys differ from the module's by one prefix."""
+
+    def prefixes(keys: list[str], others: set[str]) -> Counter[str]:
+        # For each key, the dotted heads whose removal leaves a key of the other side.
+        return Counter(
+            key[: i + 1]
+            for key in keys
+            for i, c in enumerate(key)
+            if c == "." and key[i + 1 :] in others
+        )
+
+    if not missing or not unexpected:
+        return ""
+    extra = prefixes(unexpected, set(missing)).most_common(1)
+    if extra and extra[0][1] == len(missing):
+        return f"\nhint: the checkpoint's keys carry {extra[0][0]!r}; strip_prefix() removes it"
+    lacking = prefixes(missing, set(unexpected)).most_common(1)
+    if lacking and lacking[0][1] == len(unexpected):
+        return (
+            f"\nhint: the module's keys carry {lacking[0][0]!r}; "
+            f"replace_prefixes(state_dict, {{'': {lacking[0][0]!r}}}) adds it"
+        )
+    return ""
+
+
+def _assign(module: nn.Module, names: list[str], target: Tensor, source: Tensor) -> None:
+    device = source.device if target.device.type == "meta" else target.device
+    value = source.to(device=device, dtype=target.dtype)  # the same tensor when both match
+    if isinstance(target, nn.Parameter):
+        value = nn.Parameter(value, requires_grad=target.requires_grad)
+    for name in names:
+        owner, _, attr = name.rpartition(".")
+        setattr(module.get_submodule(owner), attr, value)

@@ -16,6 +16,20 @@ from mizuoto_sdk import Discovery
 MakeDist = Callable[..., Path]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``cuda`` skip cleanly on machines without a CUDA device."""
+    marked = [item for item in items if "cuda" in item.keywords]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in marked:
+        item.add_marker(skip)
+
+
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh site directory on sys.path; modules imported from it are forgotten afterwards."""

@@ -59,8 +59,26 @@ def _mapping(key: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
+def _choice(*allowed: str) -> Callable[[str, object], str]:
+    def check(key: str, value: object) -> str:
+        if value not in allowed:
+            raise InvalidRequest(
+                f"{key}: expected one of {', '.join(allowed)}, got {value!r}", {"field": key}
+            )
+        return value  # type: ignore[return-value]
+
+    return check
+
+
+ATTENTION_POLICIES = ("auto", "sdpa", "math", "flash", "xformers", "sage")
+
 COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "compute.max_resident_models": _positive_int_or_none,
+    "compute.attention": _choice(*ATTENTION_POLICIES),
+    "compute.kv_cache": _choice("dynamic", "static"),
+    "compute.compile": _boolean,
+    "compute.cuda_graphs": _boolean,
+    "compute.fast": _boolean,
 }
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
@@ -70,7 +88,14 @@ ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "options": _mapping,
     "pinned": _boolean,
 }
-DEFAULTS: Mapping[str, object] = {"compute.max_resident_models": None}
+DEFAULTS: Mapping[str, object] = {
+    "compute.max_resident_models": None,
+    "compute.attention": "auto",
+    "compute.kv_cache": "dynamic",
+    "compute.compile": False,
+    "compute.cuda_graphs": False,
+    "compute.fast": False,
+}
 
 Listener = Callable[[str, object], None]
 

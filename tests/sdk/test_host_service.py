@@ -115,6 +115,9 @@ def test_an_implementation_that_fails_to_import_crashes_the_engine(make_dist, un
         ("engines.x.device", "gpu", "engines.x.device"),
         ("engines.x.pinned", "yes", "engines.x.pinned"),
         ("compute.nonsense", 1, "compute.nonsense"),
+        ("compute.attention", "fastest", "compute.attention"),
+        ("compute.kv_cache", "paged", "compute.kv_cache"),
+        ("compute.compile", 1, "compute.compile"),
     ],
 )
 def test_bad_settings_are_typed_errors_naming_the_key(key, value, field):

@@ -140,6 +140,17 @@ def _models(values: Iterable[ModelEntry]) -> tuple[ModelEntry, ...]:
     return items
 
 
+def _reasons(value: Mapping[str, str]) -> Mapping[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in value.items()
+    ):
+        raise ValueError(
+            "expected_failures: expected a mapping of contract check id -> a non-empty reason, "
+            f"got {value!r}"
+        )
+    return MappingProxyType(dict(value))
+
+
 def _check_api_version(instance: EngineManifest, attribute: attrs.Attribute, value: str) -> None:
     parse_api_version(value)
 
@@ -151,6 +162,7 @@ class EngineManifest:
     A plugin module returns these from its ``mizuoto_engines`` hook. ``implementation`` names the
     ``Engine`` subclass as ``"package.module:Class"``; it is imported only when the engine is used.
     ``dtypes`` is in preference order. ``stochastic`` says that a different seed changes the output.
+    ``expected_failures`` maps contract check ids the engine knowingly fails to the reason why.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -167,6 +179,7 @@ class EngineManifest:
     extras: Mapping[str, str] = attrs.field(factory=dict, converter=_string_map, hash=False)
     api_version: str = attrs.field(default=API_VERSION, validator=_check_api_version)
     stochastic: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    expected_failures: Mapping[str, str] = attrs.field(factory=dict, converter=_reasons, hash=False)
     description: str = ""
 
     def model(self, model_id: str | None) -> ModelEntry:

@@ -35,6 +35,11 @@ class LoadedSine(LoadedEngine):
     def synthesize(
         self, text: str, params: Mapping[str, object], ctx: RequestContext
     ) -> Iterator[AudioChunk]:
+        words = text.split()
+        if not words:
+            raise InvalidRequest(
+                "text: is empty; give the words to turn into tones", {"field": "text"}
+            )
         speed = params.get("speed", 1.0)
         if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not 0.25 <= speed <= 4:
             raise InvalidRequest(
@@ -42,7 +47,6 @@ class LoadedSine(LoadedEngine):
                 {"field": "params.speed"},
             )
         generator = ctx.generator_for(self.device)
-        words = text.split()
         for index, word in enumerate(words):
             ctx.check_cancel()
             samples = self._word(word, float(speed), generator)

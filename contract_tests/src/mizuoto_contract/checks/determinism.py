@@ -1,0 +1,145 @@
+"""Checks that a seed decides the output: across loads, calls, processes and global RNG use."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import textwrap
+
+from mizuoto_contract.registry import Check, Fail
+from mizuoto_contract.subject import SEED, Subject, digest
+
+
+def _differ(first: bytes, second: bytes) -> str:
+    if len(first) != len(second):
+        return f"{len(first) // 4} samples, then {len(second) // 4}"
+    index = next(i for i in range(0, len(first), 4) if first[i : i + 4] != second[i : i + 4])
+    return f"equal length, first difference at sample {index // 4}"
+
+
+def fresh_loads(subject: Subject) -> None:
+    first = subject.audio(subject.load(), SEED)
+    second = subject.audio(subject.load(), SEED)
+    if first != second:
+        raise Fail(
+            "bitwise-identical audio from two fresh loads with one seed", _differ(first, second)
+        )
+
+
+def same_handle(subject: Subject) -> None:
+    handle = subject.load()
+    first, second = subject.audio(handle, SEED), subject.audio(handle, SEED)
+    if first != second:
+        raise Fail(
+            "the same audio from one loaded model called twice with one seed",
+            _differ(first, second),
+        )
+
+
+def fresh_process(subject: Subject) -> None:
+    here = digest(subject.audio(subject.load(), SEED))
+    script = textwrap.dedent(f"""
+        import json
+        from mizuoto_contract.runner import subject_for
+        from mizuoto_contract.subject import digest
+        s = subject_for({subject.engine_id!r}, {subject.device!r})
+        print(json.dumps(digest(s.audio(s.load(), {SEED}))))
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=subject.subprocess_environment(),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise Fail("the engine to run in a fresh interpreter", done.stderr.strip()[-500:])
+    there = json.loads(done.stdout.strip().splitlines()[-1])
+    if there != here:
+        raise Fail("the same audio bytes in a fresh process", f"sha256 {here} here, {there} there")
+
+
+def global_rng_independent(subject: Subject) -> None:
+    import numpy as np
+    import torch
+
+    handle = subject.load()
+    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        first = subject.audio(handle, SEED)
+        torch.manual_seed(987654321)
+        np.random.seed(98765)
+        random.seed(98765)
+        torch.rand(7), np.random.rand(7), random.random()
+        second = subject.audio(handle, SEED)
+    finally:
+        torch.set_rng_state(saved[0])
+        np.random.set_state(saved[1])
+        random.setstate(saved[2])
+    if first != second:
+        raise Fail(
+            "output independent of the global torch/numpy/random generators",
+            f"reseeding them changed the audio ({_differ(first, second)})",
+        )
+
+
+def seed_matters(subject: Subject) -> None:
+    handle = subject.load()
+    if subject.audio(handle, 1) == subject.audio(handle, 2):
+        raise Fail(
+            "different audio for seeds 1 and 2 (the manifest says stochastic=True)",
+            "identical audio",
+        )
+
+
+CHECKS = (
+    Check(
+        "determinism.fresh_loads",
+        "One seed gives bitwise-identical audio on two fresh loads.",
+        "Users reproduce a take by its seed; a server reloads models at any time.",
+        "Draw only from ctx.generator_for(device)/ctx.rng; initialise nothing randomly at load.",
+        "core",
+        fresh_loads,
+        ("streaming",),
+    ),
+    Check(
+        "determinism.same_handle",
+        "One seed gives the same audio on repeated calls.",
+        "State carried from one call to the next (caches, counters) changes later takes.",
+        "Reset per-call state at the start of each call; keep caches keyed by their inputs.",
+        "core",
+        same_handle,
+        ("streaming",),
+    ),
+    Check(
+        "determinism.fresh_process",
+        "One seed gives the same audio bytes in a new process.",
+        "Workers and replicas run in other processes and must agree with each other.",
+        "Avoid hash()-, id()- or time-dependent choices; seed everything from the request.",
+        "core",
+        fresh_process,
+        ("streaming",),
+    ),
+    Check(
+        "determinism.global_rng_independent",
+        "Reseeding or drawing from the global RNGs between calls changes nothing.",
+        "Other engines and the host use the global generators; an engine reading them cannot "
+        "be reproduced.",
+        "Pass generator=ctx.generator_for(device) to every torch random call; use ctx.rng.",
+        "core",
+        global_rng_independent,
+        ("streaming",),
+    ),
+    Check(
+        "determinism.seed_matters",
+        "A stochastic engine gives different audio for other seeds.",
+        "An engine that ignores the seed cannot offer variations, and says stochastic wrongly.",
+        "Sample from ctx.generator_for(device); or declare stochastic=False.",
+        "core",
+        seed_matters,
+        ("streaming", "stochastic"),
+    ),
+)

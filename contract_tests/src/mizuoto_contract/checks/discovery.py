@@ -1,0 +1,152 @@
+"""Checks on how the engine is found: cheap torch-free imports, a manifest its class agrees with."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from mizuoto_contract.registry import Check, Fail, Skip
+from mizuoto_contract.subject import Subject
+from mizuoto_sdk import Discovery, EngineError
+
+IMPORT_BUDGET_SECONDS = 1.5
+
+
+def _child(subject: Subject, body: str) -> dict[str, object]:
+    script = "import json, sys, time\n" + textwrap.dedent(body)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subject.subprocess_environment(),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise Fail(
+            "the import to succeed in a fresh interpreter",
+            f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}",
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _plugin_module(subject: Subject) -> str:
+    _, _, value = subject.record.entry_point.partition(" = ")
+    module = value.partition(":")[0]
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        raise Skip(f"{subject.engine_id} was not registered through an entry point")
+    return module
+
+
+def import_cheap(subject: Subject) -> None:
+    module = _plugin_module(subject)
+    seen = _child(
+        subject,
+        f"""
+        start = time.perf_counter()
+        import {module}
+        print(json.dumps({{"seconds": time.perf_counter() - start,
+                           "torch": "torch" in sys.modules}}))
+    """,
+    )
+    if seen["torch"]:
+        raise Fail(f"importing {module} to leave torch unimported", "torch in sys.modules")
+    if seen["seconds"] > IMPORT_BUDGET_SECONDS:
+        raise Fail(
+            f"importing {module} within {IMPORT_BUDGET_SECONDS} s", f"{seen['seconds']:.2f} s"
+        )
+
+
+def engine_import_torch_free(subject: Subject) -> None:
+    seen = _child(
+        subject,
+        f"""
+        from mizuoto_sdk import Discovery
+        Discovery().get_engine({subject.engine_id!r})
+        print(json.dumps({{"torch": "torch" in sys.modules}}))
+    """,
+    )
+    if seen["torch"]:
+        raise Fail(
+            f"importing {subject.manifest.implementation} to leave torch unimported",
+            "torch in sys.modules after get_engine()",
+        )
+
+
+def class_matches_manifest(subject: Subject) -> None:
+    try:
+        subject.discovery.get_engine(subject.engine_id)
+    except EngineError as error:
+        raise Fail("the implementation to import and agree with the manifest", str(error)) from None
+
+
+def api_compatible(subject: Subject) -> None:
+    if subject.record.status != "ok":
+        raise Fail(
+            "status ok (a compatible api_version, a unique id)",
+            f"{subject.record.status}: {subject.record.error}",
+        )
+
+
+def register_twice(subject: Subject) -> None:
+    def manifests() -> list[object]:
+        return [
+            r.manifest
+            for r in Discovery().records()
+            if r.distribution == subject.record.distribution
+        ]
+
+    first, second = manifests(), manifests()
+    if first != second:
+        raise Fail(
+            "the hook to return the same manifests every time it is called",
+            f"{len(first)} manifests, then {len(second)} that differ",
+        )
+
+
+CHECKS = (
+    Check(
+        "discovery.import_cheap",
+        "The entry-point module imports fast and without torch.",
+        "Listing engines imports every plugin module; one that imports torch or model code "
+        "makes `mizuoto engines` slow for everybody and can initialise CUDA.",
+        "Import only mizuoto_sdk in the plugin module; name the implementation as a string.",
+        "core",
+        import_cheap,
+    ),
+    Check(
+        "discovery.engine_import_torch_free",
+        "Importing the implementation module does not import torch.",
+        "get_engine() runs before a device is chosen; torch waits for Engine.load.",
+        "Move `import torch` (and model imports) inside load() and the methods that use it.",
+        "core",
+        engine_import_torch_free,
+    ),
+    Check(
+        "discovery.class_matches_manifest",
+        "The Engine class imports and its DEVICES, DTYPES and EXTRAS equal the manifest's.",
+        "The host lists engines from the manifest and runs them from the class.",
+        "Make the class attributes and the manifest fields equal.",
+        "core",
+        class_matches_manifest,
+    ),
+    Check(
+        "discovery.api_compatible",
+        "The plugin speaks this SDK's engine API and its engine id is unique.",
+        "An engine built for another API major, or shadowed by another distribution, is not "
+        "used at all.",
+        "Set api_version to the SDK's API_VERSION; pick an id no other distribution uses.",
+        "core",
+        api_compatible,
+    ),
+    Check(
+        "discovery.register_twice",
+        "Calling the registration hook again returns the same manifests.",
+        "Hosts, workers and tests discover plugins more than once in one process.",
+        "Build manifests from constants in the hook; keep no state between calls.",
+        "core",
+        register_twice,
+    ),
+)

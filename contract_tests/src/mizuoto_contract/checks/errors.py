@@ -1,0 +1,135 @@
+"""Checks on inputs and errors: inputs untouched, typed errors for what the engine cannot do."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+from mizuoto_contract.registry import Check, Fail
+from mizuoto_contract.subject import SEED, Subject, sample_audio
+from mizuoto_runtime.context import RequestContext
+from mizuoto_sdk import AudioChunk, EngineError
+from mizuoto_sdk.manifest import CAPABILITIES
+
+UNKNOWN_OP = "mizuoto-contract.no-such-operation"
+
+
+def _drain(subject: Subject, ctx: RequestContext, returned: object) -> None:
+    if inspect.isgenerator(returned) or hasattr(returned, "__next__"):
+        with subject.direct(ctx):
+            for _ in returned:  # type: ignore[attr-defined]
+                pass
+
+
+def not_mutated(subject: Subject) -> None:
+    import numpy as np
+
+    handle = subject.load()
+    params = {"seed": SEED, "mizuoto_contract_probe": ["unchanged"]}
+    expected = copy.deepcopy(params)
+    audio = sample_audio()
+    audio.samples.setflags(write=False)  # read-only input must be accepted, too
+    original = audio.samples.copy()
+    ctx = RequestContext(seed=SEED)
+    arguments = {
+        "synthesize": ("hello there",),
+        "convert": (audio,),
+        "edit": (audio, "hello there"),
+    }[subject.capability or "synthesize"]
+    method = getattr(handle.loaded, subject.capability or "synthesize")
+    with subject.direct(ctx):
+        returned = method(*arguments, params, ctx)
+    _drain(subject, ctx, returned)
+    if params != expected:
+        raise Fail("params left as passed", f"{expected!r} became {params!r}")
+    if not np.array_equal(audio.samples, original):
+        raise Fail("input audio left as passed", "its samples changed")
+
+
+def _raises_code(subject: Subject, ctx: RequestContext, call, code: str) -> str | None:
+    """None when ``call`` (or the stream it returns) raises EngineError ``code``; else what it did."""
+    try:
+        with subject.direct(ctx):
+            returned = call()
+        _drain(subject, ctx, returned)
+    except EngineError as error:
+        return None if error.code == code else f"EngineError code {error.code!r}"
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return "no error"
+
+
+def unsupported(subject: Subject) -> None:
+    handle = subject.load()
+    loaded, ctx = handle.loaded, RequestContext(seed=SEED)
+    audio, params = sample_audio(), {"seed": SEED}
+    calls = {
+        "synthesize": lambda: loaded.synthesize("hello", params, ctx),
+        "convert": lambda: loaded.convert(audio, params, ctx),
+        "edit": lambda: loaded.edit(audio, "hello", params, ctx),
+        "prepare_voice": lambda: loaded.prepare_voice(audio, _nowhere(), params, ctx),
+        "call": lambda: loaded.call(UNKNOWN_OP, {}, ctx),
+    }
+    declared = set(subject.manifest.capabilities)
+    for capability in CAPABILITIES:
+        if capability in declared and capability != "call":
+            continue
+        seen = _raises_code(subject, ctx, calls[capability], "capability_not_supported")
+        if seen is not None:
+            what = f"call({UNKNOWN_OP!r})" if capability == "call" else capability
+            raise Fail(f"{what} to raise Unsupported (capability_not_supported)", seen)
+
+
+def _nowhere():
+    from pathlib import Path
+
+    return Path("/nonexistent/mizuoto-contract-voice")
+
+
+def invalid_input(subject: Subject) -> None:
+    import numpy as np
+
+    handle = subject.load()
+    loaded, ctx, params = handle.loaded, RequestContext(seed=SEED), {"seed": SEED}
+    empty = AudioChunk(np.zeros(0, np.float32), 16_000)
+    cases = {
+        "synthesize": ("synthesize('')", lambda: loaded.synthesize("", params, ctx)),
+        "convert": ("convert(empty audio)", lambda: loaded.convert(empty, params, ctx)),
+        "edit": ("edit(audio, '')", lambda: loaded.edit(sample_audio(), "", params, ctx)),
+    }
+    for capability, (what, call) in cases.items():
+        if capability not in subject.manifest.capabilities:
+            continue
+        seen = _raises_code(subject, ctx, call, "invalid_request")
+        if seen is not None:
+            raise Fail(f"{what} to raise InvalidRequest (invalid_request)", seen)
+
+
+CHECKS = (
+    Check(
+        "inputs.not_mutated",
+        "Inputs (params, audio) are left as passed; read-only input works.",
+        "Callers reuse their inputs for retries and other engines.",
+        "Copy before changing anything you were given.",
+        "core",
+        not_mutated,
+        ("streaming",),
+    ),
+    Check(
+        "errors.unsupported",
+        "Capabilities the manifest does not declare, and unknown operations, raise Unsupported.",
+        "The host maps Unsupported to capability_not_supported; anything else looks like a crash.",
+        "Declare every capability you implement; leave the others to LoadedEngine's defaults.",
+        "core",
+        unsupported,
+    ),
+    Check(
+        "errors.invalid_input",
+        "Empty input raises InvalidRequest (code invalid_request), not another exception.",
+        "Clients show invalid_request errors to the user as their mistake, with the field.",
+        "Check inputs first and raise InvalidRequest(message, {'field': ...}).",
+        "core",
+        invalid_input,
+        ("streaming",),
+    ),
+)

@@ -1,0 +1,116 @@
+"""Checks on loading: it works on the device, declares its modules and describes itself."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from mizuoto_contract.registry import Check, Fail, Skip
+from mizuoto_contract.subject import Subject
+from mizuoto_runtime.snapshot import snapshot
+from mizuoto_sdk import EngineError
+from mizuoto_sdk.manifest import device_type
+
+
+def loads_on_device(subject: Subject) -> None:
+    if device_type(subject.device) not in subject.manifest.devices:
+        raise Skip(f"{subject.engine_id} does not declare {subject.device}")
+    try:
+        handle = subject.load()
+    except EngineError as error:
+        if error.code == "compute_unavailable" and error.detail.get("reason") == "device_missing":
+            raise Skip(str(error)) from None
+        raise Fail(f"a model loaded on {subject.device}", f"[{error.code}] {error}") from None
+    handle.engine.unload()
+
+
+def load_leaves_state(subject: Subject) -> None:
+    before = snapshot()
+    handle = subject.load()
+    changes = before.diff(snapshot())
+    handle.engine.unload()
+    if changes:
+        raise Fail("no process state changed by load", "; ".join(map(str, changes)))
+
+
+def _modules(value: object, depth: int = 0) -> Iterator[object]:
+    import torch
+
+    if isinstance(value, torch.nn.Module):
+        yield value
+    elif depth < 2 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _modules(item, depth + 1)
+    elif depth < 2 and isinstance(value, dict):
+        for item in value.values():
+            yield from _modules(item, depth + 1)
+
+
+def handles_declared(subject: Subject) -> None:
+    handle = subject.load()
+    loaded = handle.loaded
+    try:
+        declared = list(loaded.handles)
+    except TypeError:
+        raise Fail(
+            "LoadedEngine.handles to be a sequence", f"{type(loaded.handles).__name__}"
+        ) from None
+    covered: list[object] = []
+    for item in declared:
+        module = getattr(item, "module", item)
+        covered.extend(module.modules() if hasattr(module, "modules") else [module])
+    held = {id(m): name for name, value in vars(loaded).items() for m in _modules(value)}
+    hidden = [name for key, name in held.items() if not any(id(c) == key for c in covered)]
+    handle.engine.unload()
+    if hidden:
+        raise Fail(
+            "every torch module the engine holds listed in LoadedEngine.handles",
+            f"not listed: {', '.join(sorted(hidden))}",
+        )
+
+
+def describe_json(subject: Subject) -> None:
+    handle = subject.load()
+    description = handle.loaded.describe()
+    handle.engine.unload()
+    try:
+        json.dumps(dict(description))
+    except (TypeError, ValueError) as error:
+        raise Fail("describe() to return a JSON-serialisable mapping", str(error)) from None
+
+
+CHECKS = (
+    Check(
+        "load.device",
+        "The engine loads on every device it declares (the one under test).",
+        "A declared device that cannot load is a broken promise to the host's placement.",
+        "Load onto spec.device; drop devices you cannot support from DEVICES and the manifest.",
+        "core",
+        loads_on_device,
+    ),
+    Check(
+        "load.global_state",
+        "Loading changes no process state (RNGs, flags, env, cwd, ...).",
+        "Engines share the process: a seed or flag set during load changes everybody's results.",
+        "Use ctx.generator_for()/ops.default for weights; pass dtypes and devices explicitly.",
+        "core",
+        load_leaves_state,
+    ),
+    Check(
+        "load.handles_declared",
+        "Every torch module the loaded engine holds is listed in LoadedEngine.handles.",
+        "The host moves, offloads and frees models through their handles; a hidden module "
+        "stays on the device for ever.",
+        "Put each nn.Module (or its ModelHandle) in self.handles.",
+        "core",
+        handles_declared,
+    ),
+    Check(
+        "load.describe_json",
+        "describe() returns a JSON-serialisable mapping.",
+        "The server shows it in its API and `mizuoto runtime`.",
+        "Return plain str/int/float/bool/list/dict values from describe().",
+        "core",
+        describe_json,
+    ),
+)

@@ -1,0 +1,135 @@
+"""``mizuoto-contract ENGINE_OR_DISTRIBUTION... [--device D] [--check ID]... [--list]
+[--json FILE] [--junit FILE]``.
+
+Exit 0 when every check passed or was skipped for a capability the engine lacks; 1 on any
+failure, unexpected pass, or core check that could not run; 2 for a usage mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+
+from mizuoto_contract.registry import STATUSES, CheckResult
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mizuoto-contract", description="Check a Mizuoto engine against the contract."
+    )
+    parser.add_argument("targets", nargs="*", metavar="ENGINE_OR_DISTRIBUTION")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--check", action="append", dest="checks", metavar="ID")
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.add_argument("--json", type=Path, metavar="FILE")
+    parser.add_argument("--junit", type=Path, metavar="FILE")
+    return parser
+
+
+def totals(results: Sequence[CheckResult]) -> dict[str, int]:
+    counts = {status: sum(r.status == status for r in results) for status in STATUSES}
+    counts["ran"] = len(results) - counts["skipped"]
+    counts["skipped_capability"] = sum(r.status == "skipped" and r.capability_skip for r in results)
+    counts["bad"] = sum(r.bad for r in results)
+    return counts
+
+
+def _list() -> int:
+    from mizuoto_contract.checks import ALL
+
+    width = max(len(c.id) for c in ALL)
+    for check in ALL:
+        print(f"{check.id:<{width}}  {check.tier:<9}  {check.rule}")
+    return 0
+
+
+def _print(engine: str, device: str, results: Sequence[CheckResult]) -> None:
+    print(f"\n{engine} on {device}")
+    width = max(len(r.id) for r in results)
+    for result in results:
+        first = result.message.splitlines()[0] if result.message else ""
+        print(f"  {result.status:<8} {result.id:<{width}}  {first}".rstrip())
+    for result in results:
+        if result.status in ("failed", "xpass"):
+            print(f"\n  [{result.id}] {result.rule}")
+            for line in result.message.splitlines():
+                print(f"    {line}")
+
+
+def _junit(runs: list[tuple[str, str, list[CheckResult]]], path: Path) -> None:
+    suites = ET.Element("testsuites")
+    for engine, device, results in runs:
+        counts = totals(results)
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=f"{engine}[{device}]",
+            tests=str(len(results)),
+            failures=str(counts["bad"]),
+            skipped=str(counts["skipped"] + counts["xfail"]),
+        )
+        for result in results:
+            case = ET.SubElement(
+                suite, "testcase", classname=engine, name=result.id, time=f"{result.seconds:.3f}"
+            )
+            if result.bad:
+                ET.SubElement(case, "failure", message=result.rule).text = result.message
+            elif result.status in ("skipped", "xfail"):
+                ET.SubElement(case, "skipped", message=result.message)
+    ET.ElementTree(suites).write(path, encoding="unicode", xml_declaration=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    if args.list:
+        return _list()
+    if not args.targets:
+        print(
+            "mizuoto-contract: error: name an engine or a distribution (or use --list)",
+            file=sys.stderr,
+        )
+        return 2
+    from mizuoto_contract.runner import ContractUsageError, checks_by_id, engines_for, run_contract
+    from mizuoto_sdk import Discovery
+
+    discovery = Discovery()
+    runs: list[tuple[str, str, list[CheckResult]]] = []
+    try:
+        checks_by_id(args.checks)
+        engines = [e for target in args.targets for e in engines_for(target, discovery)]
+        for engine in engines:
+            results = run_contract(engine, args.device, args.checks, discovery)
+            runs.append((engine, args.device, results))
+            _print(engine, args.device, results)
+    except ContractUsageError as error:
+        print(f"mizuoto-contract: error: {error}", file=sys.stderr)
+        return 2
+    everything = [r for _, _, results in runs for r in results]
+    counts = totals(everything)
+    print(
+        f"\n{counts['passed']} passed, {counts['failed']} failed, {counts['xfail']} xfailed, "
+        f"{counts['xpass']} xpassed, {counts['skipped']} skipped "
+        f"({counts['skipped_capability']} for a missing capability); {counts['ran']} ran"
+    )
+    if args.json:
+        report = {
+            "engines": [
+                {"engine": e, "device": d, "checks": [r.to_dict() for r in rs]} for e, d, rs in runs
+            ],
+            "totals": {k: counts[k] for k in ("ran", *STATUSES, "skipped_capability")},
+        }
+        args.json.write_text(json.dumps(report, indent=2))
+    if args.junit:
+        _junit(runs, args.junit)
+    return 1 if counts["bad"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Checks, their outcomes, and the exceptions a check raises to say how it went."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+if TYPE_CHECKING:
+    from mizuoto_contract.subject import Subject
+
+Tier = Literal["core", "streaming", "gpu"]
+Status = Literal["passed", "failed", "xfail", "xpass", "skipped"]
+TIERS: tuple[str, ...] = ("core", "streaming", "gpu")
+STATUSES: tuple[str, ...] = ("passed", "failed", "xfail", "xpass", "skipped")
+
+
+class Fail(Exception):
+    """Raised by a check: the engine broke the rule. Say what was expected and what was seen."""
+
+    def __init__(self, expected: str, observed: str) -> None:
+        super().__init__(f"expected {expected}; observed {observed}")
+        self.expected = expected
+        self.observed = observed
+
+
+class Skip(Exception):
+    """Raised by a check that cannot run here (no such device, nothing to compare)."""
+
+
+@attrs.frozen
+class Check:
+    """One rule of the contract. ``id`` never changes once released; ``needs`` lists the
+    manifest capabilities (or ``stochastic``) without which the check does not apply."""
+
+    id: str
+    rule: str
+    why: str
+    fix: str
+    tier: Tier
+    function: Callable[[Subject], None] = attrs.field(eq=False, repr=False)
+    needs: tuple[str, ...] = ()
+
+
+class ContractViolation(AssertionError):
+    """A failed check: the rule broken, what was expected, what was seen, and how to fix it."""
+
+    def __init__(self, check: Check, expected: str, observed: str) -> None:
+        self.check_id = check.id
+        self.rule = check.rule
+        self.expected = expected
+        self.observed = observed
+        self.hint = check.fix
+        super().__init__(
+            f"[{check.id}] {check.rule}\n  expected: {expected}\n  observed: {observed}\n"
+            f"  fix: {check.fix}"
+        )
+
+
+@attrs.frozen
+class CheckResult:
+    """How one check went for one engine on one device."""
+
+    id: str
+    engine: str
+    device: str
+    status: Status
+    rule: str
+    tier: Tier
+    message: str = ""
+    seconds: float = 0.0
+    capability_skip: bool = False
+
+    @property
+    def bad(self) -> bool:
+        """Counts against the run: a failure, an unexpected pass, or a core check not run."""
+        if self.status in ("failed", "xpass"):
+            return True
+        return self.status == "skipped" and self.tier == "core" and not self.capability_skip
+
+    def to_dict(self) -> dict[str, object]:
+        return {"id": self.id, "status": self.status, "rule": self.rule, "message": self.message}

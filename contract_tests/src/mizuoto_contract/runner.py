@@ -1,0 +1,129 @@
+"""Running checks against an engine, with its declared expected failures applied."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+
+from mizuoto_contract.checks import ALL
+from mizuoto_contract.registry import Check, CheckResult, Fail, Skip
+from mizuoto_contract.subject import Subject
+from mizuoto_sdk import Discovery, EngineRecord
+from mizuoto_sdk.discovery import normalize_name
+
+
+class ContractUsageError(ValueError):
+    """The run itself is wrong: an unknown engine, check id or expected-failure id."""
+
+
+def checks_by_id(ids: Iterable[str] | None = None) -> tuple[Check, ...]:
+    """The checks to run, in registry order; an unknown id names the known ones."""
+    if ids is None:
+        return ALL
+    wanted = list(ids)
+    known = {c.id for c in ALL}
+    unknown = [i for i in wanted if i not in known]
+    if unknown:
+        raise ContractUsageError(f"unknown check id(s) {unknown}; see `mizuoto-contract --list`")
+    return tuple(c for c in ALL if c.id in wanted)
+
+
+def engines_for(target: str, discovery: Discovery) -> list[str]:
+    """Engine ids for an engine id or a distribution name."""
+    records = [r for r in discovery.records() if r.manifest is not None]
+    if any(r.id == target for r in records):
+        return [target]
+    by_distribution = sorted(
+        {r.id for r in records if normalize_name(r.distribution) == normalize_name(target)}
+    )
+    if by_distribution:
+        return by_distribution
+    known = sorted({r.id for r in records})
+    raise ContractUsageError(f"no engine or distribution {target!r}; engines: {', '.join(known)}")
+
+
+def _record(engine_id: str, discovery: Discovery) -> EngineRecord:
+    for record in discovery.records():
+        if record.id == engine_id and record.manifest is not None:
+            return record
+    raise ContractUsageError(f"no engine {engine_id!r}")
+
+
+def subject_for(engine_id: str, device: str = "cpu", discovery: Discovery | None = None) -> Subject:
+    discovery = discovery or Discovery()
+    return Subject(engine_id, device, _record(engine_id, discovery), discovery)
+
+
+def _needs_met(subject: Subject, check: Check) -> str | None:
+    for need in check.needs:
+        if need == "streaming" and subject.capability is None:
+            return "the engine has no streaming capability (synthesize, convert or edit)"
+        if need == "stochastic" and not subject.manifest.stochastic:
+            return "the engine does not declare itself stochastic"
+        if need not in ("streaming", "stochastic") and need not in subject.manifest.capabilities:
+            return f"the engine does not declare {need}"
+    return None
+
+
+def run_check(subject: Subject, check: Check) -> CheckResult:
+    """Run one check; expected failures from the manifest turn into xfail / xpass."""
+
+    def result(status: str, message: str = "", capability: bool = False) -> CheckResult:
+        return CheckResult(
+            check.id,
+            subject.engine_id,
+            subject.device,
+            status,
+            check.rule,
+            check.tier,
+            message,
+            time.perf_counter() - started,
+            capability,
+        )
+
+    started = time.perf_counter()
+    if subject.record.status != "ok" and not check.id.startswith("discovery."):
+        return result("skipped", f"the engine is {subject.record.status}")
+    missing = _needs_met(subject, check)
+    if missing is not None:
+        return result("skipped", missing, capability=True)
+    reason = subject.manifest.expected_failures.get(check.id)
+    try:
+        check.function(subject)
+    except Fail as failure:
+        message = f"expected {failure.expected}\nobserved {failure.observed}\nfix: {check.fix}"
+    except Skip as skip:
+        return result("skipped", str(skip))
+    except Exception as error:
+        message = f"the check crashed on the engine: {type(error).__name__}: {error}\n" + "".join(
+            traceback.format_exception(error)[-3:]
+        )
+    else:
+        if reason is not None:
+            return result("xpass", f"declared an expected failure ({reason}) but passed")
+        return result("passed")
+    if reason is not None:
+        return result("xfail", f"expected failure: {reason}")
+    return result("failed", message)
+
+
+def run_contract(
+    engine_id: str,
+    device: str = "cpu",
+    checks: Sequence[str] | None = None,
+    discovery: Discovery | None = None,
+) -> list[CheckResult]:
+    """Run the contract (or the named checks) against one engine on one device."""
+    import numpy  # noqa: F401 - imported before snapshots, so that importing is not a change
+    import torch  # noqa: F401
+
+    subject = subject_for(engine_id, device, discovery)
+    known = {c.id for c in ALL}
+    stale = sorted(set(subject.manifest.expected_failures) - known)
+    if stale:
+        raise ContractUsageError(
+            f"engine {engine_id!r} declares expected failures for unknown checks {stale}; "
+            "remove them or fix the ids (see `mizuoto-contract --list`)"
+        )
+    return [run_check(subject, check) for check in checks_by_id(checks)]

@@ -1,0 +1,113 @@
+"""The engine under test, and the ways a check drives it: through the host, or directly.
+
+Through the host is how the Mizuoto server runs an engine. Directly (the LoadedEngine's own
+methods, in inference mode with a context bound, as the host would) shows what the engine itself
+does, before the host's own guards (lazy streaming, cancel between chunks, input validation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+from mizuoto_runtime.context import RequestContext
+from mizuoto_sdk import AudioChunk, Discovery, EngineManifest, EngineRecord
+from mizuoto_sdk.host import EngineRequest, LocalHandle, RuntimeService
+
+STREAMING = ("synthesize", "convert", "edit")
+SEED = 1234
+TEXT = "Mizuoto checks every engine with this sentence, one word after another, to the end."
+
+
+def sample_audio(seconds: float = 0.5, sample_rate: int = 16_000) -> AudioChunk:
+    """A deterministic input for convert and edit: a 220 Hz tone."""
+    import numpy as np
+
+    t = np.arange(round(seconds * sample_rate), dtype=np.float32) / sample_rate
+    return AudioChunk((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), sample_rate)
+
+
+@attrs.define
+class Subject:
+    """One engine on one device, with fresh hosts on demand."""
+
+    engine_id: str
+    device: str
+    record: EngineRecord
+    discovery: Discovery
+
+    @property
+    def manifest(self) -> EngineManifest:
+        assert self.record.manifest is not None
+        return self.record.manifest
+
+    @property
+    def capability(self) -> str | None:
+        """The streaming capability the checks exercise (synthesize first), or None."""
+        return next((c for c in STREAMING if c in self.manifest.capabilities), None)
+
+    def service(self) -> RuntimeService:
+        return RuntimeService(discovery=self.discovery)
+
+    def load(self, service: RuntimeService | None = None) -> LocalHandle:
+        """A freshly loaded model (a new host each time unless ``service`` is given)."""
+        return (service or self.service()).loaded(self.engine_id, device=self.device)
+
+    def arguments(self, text: str = TEXT) -> tuple[Any, ...]:
+        """The inputs of ``capability``, before params."""
+        return {
+            "synthesize": (text,),
+            "convert": (sample_audio(),),
+            "edit": (sample_audio(), text),
+        }[self.capability or "synthesize"]
+
+    def stream(
+        self, handle: LocalHandle, request: EngineRequest | None = None, text: str = TEXT
+    ) -> Iterator[AudioChunk]:
+        """The host's stream of the checked capability."""
+        method = getattr(handle, self.capability or "synthesize")
+        return method(*self.arguments(text), request)
+
+    def audio(self, handle: LocalHandle, seed: int, text: str = TEXT) -> bytes:
+        """All of a seeded stream's samples, as bytes, through the host."""
+        import numpy as np
+
+        chunks = [
+            c.samples for c in self.stream(handle, EngineRequest(params={"seed": seed}), text)
+        ]
+        return np.concatenate(chunks).tobytes() if chunks else b""
+
+    @contextlib.contextmanager
+    def direct(self, ctx: RequestContext) -> Iterator[None]:
+        """Run engine code as the host would: inference mode, context bound."""
+        import torch
+
+        with torch.inference_mode(), ctx.bind():
+            yield
+
+    def engine_stream(
+        self,
+        handle: LocalHandle,
+        ctx: RequestContext,
+        params: Mapping[str, object] | None = None,
+        text: str = TEXT,
+    ) -> object:
+        """What the engine's own method returns (no host in between)."""
+        method = getattr(handle.loaded, self.capability or "synthesize")
+        with self.direct(ctx):
+            return method(*self.arguments(text), dict(params or {}), ctx)
+
+    def subprocess_environment(self) -> dict[str, str]:
+        """The environment for a child interpreter that sees the same plugins as this one."""
+        path = os.pathsep.join(p for p in sys.path if p)
+        return {**os.environ, "PYTHONPATH": path}
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -82,6 +83,28 @@ class Subject:
             c.samples for c in self.stream(handle, EngineRequest(params={"seed": seed}), text)
         ]
         return np.concatenate(chunks).tobytes() if chunks else b""
+
+    def close_early(self, handle: LocalHandle) -> None:
+        """Take one chunk of a seeded stream, then close it."""
+        stream = self.stream(handle, EngineRequest(params={"seed": SEED}))
+        next(stream)
+        stream.close()
+
+    def cancel_midway(self, handle: LocalHandle) -> bool:
+        """Take one chunk, cancel, drain; True when the stream ended in CancelledError."""
+        from mizuoto_sdk import CancelledError
+
+        request = EngineRequest(params={"seed": SEED})
+        stream = self.stream(handle, request)
+        next(stream)
+        request.cancel()
+        time.sleep(0.05)  # the host's watcher forwards a cancel within 20 ms
+        try:
+            for _ in stream:
+                pass
+        except CancelledError:
+            return True
+        return False
 
     @contextlib.contextmanager
     def direct(self, ctx: RequestContext) -> Iterator[None]:

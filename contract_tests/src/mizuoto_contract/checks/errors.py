@@ -47,7 +47,8 @@ def not_mutated(subject: Subject) -> None:
 
 
 def _raises_code(subject: Subject, ctx: RequestContext, call, code: str) -> str | None:
-    """None when ``call`` (or the stream it returns) raises EngineError ``code``; else what it did."""
+    """None when ``call`` (or the stream it returns) raises EngineError ``code``, else what
+    happened instead."""
     try:
         with subject.direct(ctx):
             returned = call()

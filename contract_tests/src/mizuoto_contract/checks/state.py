@@ -12,8 +12,6 @@ from mizuoto_contract.registry import Check, Fail
 from mizuoto_contract.subject import SEED, Subject
 from mizuoto_runtime.audit import scan_tree
 from mizuoto_runtime.snapshot import snapshot
-from mizuoto_sdk import CancelledError
-from mizuoto_sdk.host import EngineRequest
 
 
 def _exercise(subject: Subject) -> None:
@@ -22,18 +20,8 @@ def _exercise(subject: Subject) -> None:
     handle = subject.load(service)
     if subject.capability is not None:
         subject.audio(handle, SEED)
-        stream = subject.stream(handle, EngineRequest(params={"seed": SEED}))
-        next(stream)
-        stream.close()
-        request = EngineRequest(params={"seed": SEED})
-        stream = subject.stream(handle, request)
-        next(stream)
-        request.cancel()
-        threading.Event().wait(0.05)
-        try:
-            list(stream)
-        except CancelledError:
-            pass
+        subject.close_early(handle)
+        subject.cancel_midway(handle)
     service.unload()
 
 

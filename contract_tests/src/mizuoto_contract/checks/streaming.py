@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import threading
 import time
 
 from mizuoto_contract.registry import Check, Fail, Skip
 from mizuoto_contract.subject import SEED, Subject
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, CancelledError, EngineError, OperationTimeoutError
-from mizuoto_sdk.host import EngineRequest
 
 STOP_BOUND_SECONDS = 2.0
 LAZY_BOUND_SECONDS = 0.05
@@ -99,9 +97,7 @@ def early_close(subject: Subject) -> None:
         ) from None
     if inspect.isgenerator(iterator) and inspect.getgeneratorstate(iterator) != "GEN_CLOSED":
         raise Fail("the generator closed", inspect.getgeneratorstate(iterator))
-    stream = subject.stream(handle, EngineRequest(params={"seed": SEED}))
-    next(stream)
-    stream.close()
+    subject.close_early(handle)
     if handle.engine.state != "ready":
         raise Fail("the model ready again after an early close", handle.engine.state)
 
@@ -133,18 +129,8 @@ def _stops(subject: Subject, reason: str, error_type: type[EngineError]) -> None
 
 def cancel(subject: Subject) -> None:
     _stops(subject, "cancelled", CancelledError)
-    handle = subject.load()
-    request = EngineRequest(params={"seed": SEED})
-    stream = subject.stream(handle, request)
-    next(stream)
-    request.cancel()
-    threading.Event().wait(0.05)
-    try:
-        for _ in stream:
-            pass
-    except CancelledError:
-        return
-    raise Fail("CancelledError through the host after cancel", "the stream ran to its end")
+    if not subject.cancel_midway(subject.load()):
+        raise Fail("CancelledError through the host after cancel", "the stream ran to its end")
 
 
 def timeout(subject: Subject) -> None:
@@ -154,20 +140,9 @@ def timeout(subject: Subject) -> None:
 def reuse_after_abort(subject: Subject) -> None:
     handle = subject.load()
     first = subject.audio(handle, SEED)
-    stream = subject.stream(handle, EngineRequest(params={"seed": SEED}))
-    next(stream)
-    stream.close()
-    request = EngineRequest(params={"seed": SEED})
-    stream = subject.stream(handle, request)
-    next(stream)
-    request.cancel()
-    threading.Event().wait(0.05)
-    try:
-        list(stream)
-    except CancelledError:
-        pass
-    again = subject.audio(handle, SEED)
-    if again != first:
+    subject.close_early(handle)
+    subject.cancel_midway(handle)
+    if subject.audio(handle, SEED) != first:
         raise Fail(
             "the first run's audio again after an early close and a cancel", "different audio"
         )

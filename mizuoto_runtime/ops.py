@@ -33,46 +33,44 @@ from torch import Tensor, nn
 __all__ = ["cast", "default", "init_random"]
 
 
+class _NoInit:
+    """Mixed in first: ``reset_parameters`` does nothing, so construction draws nothing."""
+
+    def reset_parameters(self) -> None:
+        """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+
+
 class default:
     """``torch.nn`` layers without initialisation: construction allocates and draws nothing."""
 
     __slots__ = ()
 
-    class Linear(nn.Linear):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class Linear(_NoInit, nn.Linear):
+        pass
 
-    class Conv1d(nn.Conv1d):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class Conv1d(_NoInit, nn.Conv1d):
+        pass
 
-    class Conv2d(nn.Conv2d):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class Conv2d(_NoInit, nn.Conv2d):
+        pass
 
-    class ConvTranspose1d(nn.ConvTranspose1d):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class ConvTranspose1d(_NoInit, nn.ConvTranspose1d):
+        pass
 
-    class ConvTranspose2d(nn.ConvTranspose2d):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class ConvTranspose2d(_NoInit, nn.ConvTranspose2d):
+        pass
 
-    class Embedding(nn.Embedding):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose, padding row included: the checkpoint holds it."""
+    class Embedding(_NoInit, nn.Embedding):
+        pass
 
-    class LayerNorm(nn.LayerNorm):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class LayerNorm(_NoInit, nn.LayerNorm):
+        pass
 
-    class GroupNorm(nn.GroupNorm):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class GroupNorm(_NoInit, nn.GroupNorm):
+        pass
 
-    class RMSNorm(nn.RMSNorm):
-        def reset_parameters(self) -> None:
-            """Left empty on purpose: weights come from a checkpoint or ``init_random``."""
+    class RMSNorm(_NoInit, nn.RMSNorm):
+        pass
 
 
 def _like(tensor: Tensor | None, x: Tensor) -> Tensor | None:

@@ -171,10 +171,13 @@ class Discovery:
                 "loading plugin %s from %s %s", source.value, source.distribution, source.version
             )
             records.extend(_load_plugin(manager, source))
-        for record in records:
-            if not record.ok and record.status != "conflict":
-                log.warning("plugin %s: %s %s", record.distribution, record.status, record.error)
-        return tuple(sorted(_mark_conflicts(records), key=lambda r: (r.id, r.distribution)))
+        marked = _mark_conflicts(records)
+        for record in marked:
+            if not record.ok:  # one line; the record (and `mizuoto engines`) holds the rest
+                reason = (record.error or "").splitlines()[0]
+                log.warning("plugin %s (%s): %s", record.distribution, record.status, reason)
+                log.debug("plugin %s: %s", record.distribution, record.error)
+        return tuple(sorted(marked, key=lambda r: (r.id, r.distribution)))
 
 
 def _load_plugin(manager: pluggy.PluginManager, source: _Source) -> list[EngineRecord]:

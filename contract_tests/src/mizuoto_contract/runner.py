@@ -84,7 +84,10 @@ def run_check(subject: Subject, check: Check) -> CheckResult:
 
     started = time.perf_counter()
     if subject.record.status != "ok" and not check.id.startswith("discovery."):
-        return result("skipped", f"the engine is {subject.record.status}")
+        return result(
+            "skipped",
+            f"not run: the engine is {subject.record.status} (see discovery.api_compatible)",
+        )
     missing = _needs_met(subject, check)
     if missing is not None:
         return result("skipped", missing, capability=True)

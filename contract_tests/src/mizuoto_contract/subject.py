@@ -17,8 +17,9 @@ from typing import Any
 
 import attrs
 
+from mizuoto_contract.registry import Skip
 from mizuoto_runtime.context import RequestContext
-from mizuoto_sdk import AudioChunk, Discovery, EngineManifest, EngineRecord
+from mizuoto_sdk import AudioChunk, Discovery, EngineError, EngineManifest, EngineRecord
 from mizuoto_sdk.host import EngineRequest, LocalHandle, RuntimeService
 
 STREAMING = ("synthesize", "convert", "edit")
@@ -32,6 +33,18 @@ def sample_audio(seconds: float = 0.5, sample_rate: int = 16_000) -> AudioChunk:
 
     t = np.arange(round(seconds * sample_rate), dtype=np.float32) / sample_rate
     return AudioChunk((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), sample_rate)
+
+
+class NotLoadable(Skip):
+    """The model does not load, so a check that needs it cannot run; ``error`` says why.
+
+    One cause is reported once, by load.device (or discovery.class_matches_manifest when the
+    Engine class is at fault), instead of as a crash in every check that loads.
+    """
+
+    def __init__(self, message: str, error: EngineError) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 @attrs.define
@@ -57,8 +70,26 @@ class Subject:
         return RuntimeService(discovery=self.discovery)
 
     def load(self, service: RuntimeService | None = None) -> LocalHandle:
-        """A freshly loaded model (a new host each time unless ``service`` is given)."""
-        return (service or self.service()).loaded(self.engine_id, device=self.device)
+        """A freshly loaded model (a new host each time unless ``service`` is given).
+
+        Raises NotLoadable (a Skip) when loading fails with an EngineError.
+        """
+        try:
+            return (service or self.service()).loaded(self.engine_id, device=self.device)
+        except EngineError as error:
+            culprit = "load.device" if self._class_usable() else "discovery.class_matches_manifest"
+            raise NotLoadable(
+                f"not run: {self.engine_id} does not load on {self.device} (see {culprit}): "
+                f"[{error.code}] {error}",
+                error,
+            ) from error
+
+    def _class_usable(self) -> bool:
+        try:
+            self.discovery.get_engine(self.engine_id)
+        except EngineError:
+            return False
+        return True
 
     def arguments(self, text: str = TEXT) -> tuple[Any, ...]:
         """The inputs of ``capability``, before params."""
@@ -84,14 +115,26 @@ class Subject:
         ]
         return np.concatenate(chunks).tobytes() if chunks else b""
 
-    def close_early(self, handle: LocalHandle) -> None:
-        """Take one chunk of a seeded stream, then close it."""
+    def close_early(self, handle: LocalHandle) -> EngineError | None:
+        """Take one chunk of a seeded stream, then close it; the error closing raised, if any.
+
+        A failing close is stream.early_close's to report; the other checks that abort streams
+        carry on past it.
+        """
         stream = self.stream(handle, EngineRequest(params={"seed": SEED}))
         next(stream)
-        stream.close()
+        try:
+            stream.close()
+        except EngineError as error:
+            return error
+        return None
 
     def cancel_midway(self, handle: LocalHandle) -> bool:
-        """Take one chunk, cancel, drain; True when the stream ended in CancelledError."""
+        """Take one chunk, cancel, drain; True when the stream ended in CancelledError.
+
+        Another EngineError instead (an engine that replaces the cancel) is False too: stream.cancel
+        reports it, and the other checks that cancel carry on past it.
+        """
         from mizuoto_sdk import CancelledError
 
         request = EngineRequest(params={"seed": SEED})
@@ -104,6 +147,8 @@ class Subject:
                 pass
         except CancelledError:
             return True
+        except EngineError:
+            return False
         return False
 
     @contextlib.contextmanager

@@ -60,11 +60,16 @@ def import_cheap(subject: Subject) -> None:
 
 
 def engine_import_torch_free(subject: Subject) -> None:
+    # The implementation alone, as get_engine() imports it: going through Discovery() would also
+    # import every plugin module on the path, and a torch import there is discovery.import_cheap's.
+    module, _, qualname = subject.manifest.implementation.partition(":")
     seen = _child(
         subject,
         f"""
-        from mizuoto_sdk import Discovery
-        Discovery().get_engine({subject.engine_id!r})
+        import importlib
+        target = importlib.import_module({module!r})
+        for part in {qualname!r}.split("."):
+            target = getattr(target, part)
         print(json.dumps({{"torch": "torch" in sys.modules}}))
     """,
     )
@@ -76,6 +81,11 @@ def engine_import_torch_free(subject: Subject) -> None:
 
 
 def class_matches_manifest(subject: Subject) -> None:
+    if subject.record.status != "ok":
+        raise Skip(
+            f"not run: the engine is {subject.record.status}, so the host never imports its "
+            "class (see discovery.api_compatible)"
+        )
     try:
         subject.discovery.get_engine(subject.engine_id)
     except EngineError as error:

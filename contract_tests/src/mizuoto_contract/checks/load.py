@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 
 from mizuoto_contract.registry import Check, Fail, Skip
-from mizuoto_contract.subject import Subject
+from mizuoto_contract.subject import NotLoadable, Subject
 from mizuoto_runtime.snapshot import snapshot
 from mizuoto_sdk import EngineError
 from mizuoto_sdk.manifest import device_type
@@ -16,8 +16,16 @@ def loads_on_device(subject: Subject) -> None:
     if device_type(subject.device) not in subject.manifest.devices:
         raise Skip(f"{subject.engine_id} does not declare {subject.device}")
     try:
+        subject.discovery.get_engine(subject.engine_id)
+    except EngineError:
+        raise Skip(
+            "not run: the Engine class does not agree with its manifest "
+            "(see discovery.class_matches_manifest)"
+        ) from None
+    try:
         handle = subject.load()
-    except EngineError as error:
+    except NotLoadable as failure:
+        error = failure.error
         if error.code == "compute_unavailable" and error.detail.get("reason") == "device_missing":
             raise Skip(str(error)) from None
         raise Fail(f"a model loaded on {subject.device}", f"[{error.code}] {error}") from None

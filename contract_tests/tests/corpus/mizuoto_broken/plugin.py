@@ -1,0 +1,44 @@
+"""The shared plugin (distribution mizuoto-broken): the good engine and most broken ones.
+
+Engines whose breakage is the plugin module itself, or would show on the whole distribution
+(import_cheap, api_compatible, register_twice), have distributions of their own (see the
+``*.dist-info`` folders), as have the engines that declare expected failures.
+"""
+
+from __future__ import annotations
+
+from mizuoto_broken.manifests import BASE, broken, manifest
+from mizuoto_sdk import EngineManifest, hookimpl
+
+
+@hookimpl
+def mizuoto_engines() -> list[EngineManifest]:
+    return [
+        manifest("corpus-good", BASE),
+        broken("discovery.engine_import_torch_free"),
+        broken("discovery.class_matches_manifest"),
+        broken("load.device"),
+        broken("load.global_state"),
+        broken("load.handles_declared"),
+        broken("load.describe_json"),
+        broken("determinism.fresh_loads"),
+        broken("determinism.same_handle"),
+        broken("determinism.fresh_process"),
+        broken("determinism.global_rng_independent"),
+        broken("determinism.seed_matters"),
+        broken("stream.generator"),
+        broken("stream.lazy"),
+        broken("stream.chunks_valid"),
+        broken("stream.early_close"),
+        broken("stream.cancel"),
+        broken("stream.timeout"),
+        broken("stream.reuse_after_abort"),
+        broken("globals.untouched"),
+        # Outside the package: the static scan reads an implementation's whole top-level package.
+        broken("globals.static_scan", "mizuoto_broken_static:Engine"),
+        broken("resources.unload_releases"),
+        broken("resources.no_threads"),
+        broken("inputs.not_mutated"),
+        broken("errors.unsupported", capabilities=["synthesize", "call"]),
+        broken("errors.invalid_input"),
+    ]

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from mizuoto_contract.registry import Skip
+from mizuoto_contract.registry import Fail, Skip
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, Discovery, EngineError, EngineManifest, EngineRecord
 from mizuoto_sdk.host import EngineRequest, LocalHandle, RuntimeService
@@ -171,10 +174,23 @@ class Subject:
         with self.direct(ctx):
             return method(*self.arguments(text), dict(params or {}), ctx)
 
-    def subprocess_environment(self) -> dict[str, str]:
-        """The environment for a child interpreter that sees the same plugins as this one."""
-        path = os.pathsep.join(p for p in sys.path if p)
-        return {**os.environ, "PYTHONPATH": path}
+    def in_child(self, body: str, expected: str, timeout: float = 600) -> object:
+        """Run ``body`` in a fresh interpreter that sees the same plugins; the JSON value its
+        last line prints. A failing child is a Fail saying ``expected`` and its last error line."""
+        script = "import json, sys, time\n" + textwrap.dedent(body)
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            check=False,
+        )
+        if done.returncode != 0:
+            last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            raise Fail(expected, f"exit {done.returncode}: {last[0]}")
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def digest(data: bytes) -> str:

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import random
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 
 from mizuoto_contract.registry import Check, Fail, Skip
@@ -71,24 +67,15 @@ def fresh_process(subject: Subject) -> None:
             "differs (see determinism.fresh_loads and determinism.global_rng_independent)"
         )
     here = digest(audio)
-    script = textwrap.dedent(f"""
-        import json
+    there = subject.in_child(
+        f"""
         from mizuoto_contract.runner import subject_for
         from mizuoto_contract.subject import digest
         s = subject_for({subject.engine_id!r}, {subject.device!r})
         print(json.dumps(digest(s.audio(s.load(), {SEED}))))
-    """)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=subject.subprocess_environment(),
-        check=False,
+    """,
+        "the engine to run in a fresh interpreter",
     )
-    if done.returncode != 0:
-        raise Fail("the engine to run in a fresh interpreter", done.stderr.strip()[-500:])
-    there = json.loads(done.stdout.strip().splitlines()[-1])
     if there != here:
         raise Fail("the same audio bytes in a fresh process", f"sha256 {here} here, {there} there")
 

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 from mizuoto_contract.registry import Check, Fail, Skip
 from mizuoto_contract.subject import Subject
 from mizuoto_sdk import Discovery, EngineError
@@ -15,21 +10,7 @@ IMPORT_BUDGET_SECONDS = 1.5
 
 
 def _child(subject: Subject, body: str) -> dict[str, object]:
-    script = "import json, sys, time\n" + textwrap.dedent(body)
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=subject.subprocess_environment(),
-        check=False,
-    )
-    if done.returncode != 0:
-        raise Fail(
-            "the import to succeed in a fresh interpreter",
-            f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}",
-        )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return subject.in_child(body, "the import to succeed in a fresh interpreter", timeout=300)
 
 
 def _plugin_module(subject: Subject) -> str:

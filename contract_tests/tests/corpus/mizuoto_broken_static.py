@@ -15,5 +15,5 @@ class Engine(BaseEngine):
         if spec.options.get("debug_seed") is not None:
             import torch
 
-            torch.manual_seed(int(spec.options["debug_seed"]))  # the breakage
+            torch.manual_seed(int(spec.options["debug_seed"]))  # allowed: the breakage
         return super().load(spec, runtime, ctx)

@@ -80,6 +80,37 @@ def _like(tensor: Tensor | None, x: Tensor) -> Tensor | None:
     return tensor.to(device=x.device, dtype=x.dtype)
 
 
+def _conv_transpose(
+    layer: nn.modules.conv._ConvTransposeNd,
+    input: Tensor,
+    output_size: list[int] | None,
+    function,
+    spatial_dims: int,
+) -> Tensor:
+    """torch's ConvTranspose forward, with weight and bias cast like the input."""
+    if layer.padding_mode != "zeros":
+        raise ValueError(f"Only `zeros` padding mode is supported for {type(layer).__name__}")
+    output_padding = layer._output_padding(
+        input,
+        output_size,
+        layer.stride,
+        layer.padding,
+        layer.kernel_size,
+        spatial_dims,
+        layer.dilation,
+    )
+    return function(
+        input,
+        _like(layer.weight, input),
+        _like(layer.bias, input),
+        layer.stride,
+        layer.padding,
+        output_padding,
+        layer.groups,
+        layer.dilation,
+    )
+
+
 class cast:
     """``ops.default`` layers that cast weight and bias to the input's dtype and device each call.
 
@@ -104,39 +135,11 @@ class cast:
 
     class ConvTranspose1d(default.ConvTranspose1d):
         def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
-            if self.padding_mode != "zeros":
-                raise ValueError("Only `zeros` padding mode is supported for ConvTranspose1d")
-            output_padding = self._output_padding(
-                input, output_size, self.stride, self.padding, self.kernel_size, 1, self.dilation
-            )
-            return F.conv_transpose1d(
-                input,
-                _like(self.weight, input),
-                _like(self.bias, input),
-                self.stride,
-                self.padding,
-                output_padding,
-                self.groups,
-                self.dilation,
-            )
+            return _conv_transpose(self, input, output_size, F.conv_transpose1d, 1)
 
     class ConvTranspose2d(default.ConvTranspose2d):
         def forward(self, input: Tensor, output_size: list[int] | None = None) -> Tensor:
-            if self.padding_mode != "zeros":
-                raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
-            output_padding = self._output_padding(
-                input, output_size, self.stride, self.padding, self.kernel_size, 2, self.dilation
-            )
-            return F.conv_transpose2d(
-                input,
-                _like(self.weight, input),
-                _like(self.bias, input),
-                self.stride,
-                self.padding,
-                output_padding,
-                self.groups,
-                self.dilation,
-            )
+            return _conv_transpose(self, input, output_size, F.conv_transpose2d, 2)
 
     class Embedding(default.Embedding):
         def forward(self, input: Tensor, out_dtype: torch.dtype | None = None) -> Tensor:

@@ -81,7 +81,7 @@ _CALLS: Mapping[str, tuple[str, ...]] = {
         "torch.backends.cuda.enable_mem_efficient_sdp",
         "torch.backends.cuda.enable_math_sdp",
         "torch.backends.cuda.enable_cudnn_sdp",
-        "torch.backends.cuda.preferred_linalg_library",
+        "torch.backends.cuda.preferred_linalg_library",  # a setter only when given a value
     ),
     "warnings_filters": (
         "warnings.filterwarnings",
@@ -93,6 +93,7 @@ _CALLS: Mapping[str, tuple[str, ...]] = {
         "torch._C._nn.scaled_dot_product_attention",
     ),
 }
+_GETTERS_WITHOUT_ARGUMENTS = {"torch.backends.cuda.preferred_linalg_library"}
 # Calls that change global state only as statements; as context managers they restore it.
 _STATEMENT_CALLS = (
     "torch.set_grad_enabled",
@@ -118,6 +119,7 @@ HINTS: Mapping[str, str] = {
     "attention": "call mizuoto_runtime.accel.attention(q, k, v, site=...) instead",
     "syntax": "fix the file so that it parses",
 }
+_MODULES = {"torch", "os", "sys", "numpy", "random", "logging", "warnings", "builtins"}
 # (path glob relative to the scanned root, function name or "*", rule): exempt.
 DEFAULT_ALLOW: tuple[tuple[str, str, str], ...] = (
     ("*mizuoto_runtime/accel/features.py", "apply", "torch_flags"),
@@ -221,8 +223,13 @@ class _Scanner(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         name = self.resolve(node.func)
         if name is not None:
+            getter = name in _GETTERS_WITHOUT_ARGUMENTS and not (node.args or node.keywords)
             for rule, names in _CALLS.items():
-                if name in names and not (rule == "warnings_filters" and self.catching_warnings):
+                if (
+                    name in names
+                    and not getter
+                    and not (rule == "warnings_filters" and self.catching_warnings)
+                ):
                     self._report(node, rule, f"{name}()")
             if name in ("setattr", "builtins.setattr") and node.args:
                 self._assigned(node, node.args[0], suffix=_constant(node.args[1:2]))
@@ -241,7 +248,19 @@ class _Scanner(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._assigned(node, target)
+            self._alias(target, node.value)
         self.generic_visit(node)
+
+    def _alias(self, target: ast.AST, value: ast.AST) -> None:
+        """``seed = torch.manual_seed`` or ``a, b = torch.backends.cuda, os.environ``: later uses
+        of the local name resolve to what it was bound to."""
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
+            for item, bound in zip(target.elts, value.elts, strict=False):
+                self._alias(item, bound)
+        elif isinstance(target, ast.Name) and isinstance(value, (ast.Attribute, ast.Name)):
+            name = self.resolve(value)
+            if name is not None and name.split(".")[0] in _MODULES:
+                self.aliases[target.id] = name
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._assigned(node, node.target)
@@ -288,7 +307,7 @@ def scan_tree(
 ) -> list[Violation]:
     """Scan every ``.py`` file under ``root`` (a folder or one file), minus tests.
 
-    ``allow`` exempts (path glob, function, rule) triples; paths are relative to ``root``. A file
+    ``allow`` exempts (path glob, function, rule) triples; paths start with ``root``'s name. A file
     that does not parse is reported as a violation of rule ``syntax`` rather than skipped.
     """
     root = Path(root)
@@ -296,7 +315,11 @@ def scan_tree(
     allow, exclude = tuple(allow), tuple(exclude)
     found: list[Violation] = []
     for file in files:
-        relative = file.name if root.is_file() else file.relative_to(root).as_posix()
+        # Paths start at the scanned folder's own name ("mizuoto_runtime/accel/features.py"), so
+        # the allowlist's globs match however deep the scan starts.
+        relative = (
+            file.name if root.is_file() else f"{root.name}/{file.relative_to(root).as_posix()}"
+        )
         if any(fnmatch.fnmatch(relative, pattern) for pattern in exclude):
             continue
         try:

@@ -36,6 +36,12 @@ BANNED = {
     "import torch.nn.functional as F\ndef f(q, k, v):\n"
     "    return F.scaled_dot_product_attention(q, k, v)": "attention",
     "from torch.nn.functional import scaled_dot_product_attention as a\na(1, 2, 3)": "attention",
+    "import torch\nsdpa = torch.nn.functional.scaled_dot_product_attention\n"
+    "sdpa(1, 2, 3)": "attention",
+    "import torch\nseed = torch.manual_seed\nseed(0)": "global_rng",
+    "import torch\ntorch.backends.cuda.preferred_linalg_library('magma')": "torch_global",
+    "import torch\nmatmul, x = torch.backends.cuda.matmul, 1\n"
+    "matmul.allow_tf32 = True": "torch_flags",
 }
 
 ALLOWED = [
@@ -47,6 +53,9 @@ ALLOWED = [
     "import os\nvalue = os.environ.get('HOME')",
     "import os\nenv = dict(os.environ)\nenv['X'] = '1'",
     "import logging\nlog = logging.getLogger(__name__)",
+    "import torch\nsdpa = torch.nn.functional.scaled_dot_product_attention\nf = sdpa",
+    "import torch\nbackends = torch.backends\nflag = backends.cudnn.enabled",
+    "import torch\nlibrary = torch.backends.cuda.preferred_linalg_library()",
 ]
 
 
@@ -76,7 +85,7 @@ def test_scan_tree_skips_tests_honours_the_allowlist_and_reports_unparsable_file
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(source))
-    found = {(v.path, v.rule, v.function) for v in scan_tree(tmp_path)}
+    found = {(v.path, v.rule, v.function) for v in scan_tree(tmp_path / "pkg")}
     assert found == {
         ("pkg/engine.py", "global_rng", "load"),
         ("pkg/mizuoto_runtime/accel/features.py", "torch_flags", "other"),

@@ -1,0 +1,199 @@
+"""The architecture of a Qwen2 / Qwen3 checkpoint, read from its config.json as transformers does.
+
+transformers 5.24 fills in defaults in ways that change the numbers: Qwen3's ``head_dim`` defaults
+to 128 (not hidden_size // heads), ``rope_scaling`` (4.x) and ``rope_parameters`` (5.x) are the
+same field, ``rope_theta`` may sit beside them, and yarn's ``original_max_position_embeddings``
+defaults to ``max_position_embeddings``. Everything is resolved here, once, into a frozen value;
+anything QwenDecoder cannot compute exactly as upstream does is an ``UnsupportedModel`` naming the
+field, raised before a tensor is allocated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+
+import attrs
+
+__all__ = ["QwenConfig", "RopeParameters", "UnsupportedModel"]
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn")
+_FAMILIES = ("qwen2", "qwen3")
+
+
+class UnsupportedModel(ValueError):
+    """A config that QwenDecoder cannot reproduce bit for bit; ``field`` names what is wrong."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+@attrs.frozen(kw_only=True)
+class RopeParameters:
+    """transformers' standardized ``rope_parameters`` for one model (all layers share them)."""
+
+    rope_type: str = "default"
+    rope_theta: float = 10000.0
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    attention_factor: float | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class QwenConfig:
+    """One Qwen2 or Qwen3 decoder, with transformers' field names and its resolved defaults."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 32768
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = True
+    o_bias: bool = False
+    qk_norm: bool = False
+    rope: RopeParameters = RopeParameters()
+    pad_token_id: int | None = None
+    eos_token_id: tuple[int, ...] = ()
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (1: no GQA)."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object]) -> QwenConfig:
+        """Resolve a config.json mapping as ``Qwen2Config`` / ``Qwen3Config`` (5.24) would."""
+        family = raw.get("model_type")
+        if family not in _FAMILIES:
+            raise UnsupportedModel(
+                "model_type", f"expected one of {', '.join(_FAMILIES)}, got {family!r}"
+            )
+        qwen3 = family == "qwen3"
+        hidden = _int(raw, "hidden_size", 4096)
+        heads = _int(raw, "num_attention_heads", 32)
+        kv_heads = raw.get("num_key_value_heads")
+        kv_heads = heads if kv_heads is None else _int(raw, "num_key_value_heads", heads)
+        if heads % kv_heads:
+            raise UnsupportedModel(
+                "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={heads}"
+            )
+        head_dim = raw.get("head_dim", 128 if qwen3 else hidden // heads)
+        if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
+            raise UnsupportedModel("head_dim", f"expected an integer > 0, got {head_dim!r}")
+        activation = raw.get("hidden_act", "silu")
+        if activation != "silu":
+            raise UnsupportedModel("hidden_act", f"only 'silu' is implemented, got {activation!r}")
+        _check_full_attention(raw)
+        bias = bool(raw.get("attention_bias", False)) if qwen3 else True
+        eos = raw.get("eos_token_id")
+        return cls(
+            model_type=str(family),
+            vocab_size=_int(raw, "vocab_size", 151936),
+            hidden_size=hidden,
+            intermediate_size=_int(raw, "intermediate_size", 22016),
+            num_hidden_layers=_int(raw, "num_hidden_layers", 32),
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),  # type: ignore[arg-type]
+            max_position_embeddings=_int(raw, "max_position_embeddings", 32768),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            qkv_bias=bias,
+            o_bias=bias and qwen3,
+            qk_norm=qwen3,
+            rope=_rope_parameters(raw, head_dim),
+            pad_token_id=raw.get("pad_token_id"),  # type: ignore[arg-type]
+            eos_token_id=() if eos is None else tuple(eos) if isinstance(eos, list) else (eos,),  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | PathLike[str]) -> QwenConfig:
+        """Read ``config.json`` from a directory written by ``save_pretrained``."""
+        path = Path(model_dir) / "config.json"
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise UnsupportedModel("config.json", f"cannot read {path}: {error}") from error
+        return cls.from_dict(raw)
+
+
+def _int(raw: Mapping[str, object], field: str, default: int) -> int:
+    value = raw.get(field, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UnsupportedModel(field, f"expected an integer > 0, got {value!r}")
+    return value
+
+
+def _check_full_attention(raw: Mapping[str, object]) -> None:
+    layer_types = raw.get("layer_types") or ()
+    sliding = raw.get("use_sliding_window", False) or "sliding_attention" in layer_types  # type: ignore[operator]
+    if sliding:
+        raise UnsupportedModel(
+            "use_sliding_window", "sliding-window layers are not implemented; full attention only"
+        )
+
+
+def _rope_parameters(raw: Mapping[str, object], head_dim: int) -> RopeParameters:
+    # convert_rope_params_to_dict + standardize_rope_params, for a flat (one-for-all) dict.
+    found = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    if not isinstance(found, Mapping):
+        raise UnsupportedModel("rope_parameters", f"expected a mapping, got {found!r}")
+    params = dict(found)
+    if "full_attention" in params:  # nested by layer type; every Qwen layer is full attention
+        params = dict(params["full_attention"] or {})
+    params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
+    if raw.get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", raw["partial_rotary_factor"])
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in ROPE_TYPES:
+        raise UnsupportedModel(
+            "rope_parameters.rope_type",
+            f"{rope_type!r} is not implemented; expected one of {', '.join(ROPE_TYPES)}",
+        )
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise UnsupportedModel(
+            "rope_parameters.partial_rotary_factor",
+            "Qwen rotates the whole head; partial rotary factors are not implemented",
+        )
+    if rope_type in ("linear", "dynamic") and not isinstance(params.get("factor"), (int, float)):
+        raise UnsupportedModel(
+            "rope_parameters.factor",
+            f"{rope_type} RoPE needs a number, got {params.get('factor')!r}",
+        )
+    original = None
+    if rope_type == "yarn":
+        original = raw.get("original_max_position_embeddings")
+        if original is None:
+            original = params.get(
+                "original_max_position_embeddings", raw.get("max_position_embeddings", 32768)
+            )
+    if head_dim % 2:
+        raise UnsupportedModel("head_dim", f"RoPE needs an even head_dim, got {head_dim}")
+    factor = params.get("factor")
+    return RopeParameters(
+        rope_type=rope_type,
+        rope_theta=float(params["rope_theta"]),
+        factor=None if factor is None else float(factor),
+        original_max_position_embeddings=original,  # type: ignore[arg-type]
+        attention_factor=params.get("attention_factor"),
+        beta_fast=params.get("beta_fast"),
+        beta_slow=params.get("beta_slow"),
+        mscale=params.get("mscale"),
+        mscale_all_dim=params.get("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
+    )

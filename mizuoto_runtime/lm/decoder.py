@@ -1,0 +1,357 @@
+"""QwenDecoder: Qwen2 / Qwen3 causal LMs with transformers 5.24's numerics and parameter names.
+
+The module tree mirrors ``Qwen{2,3}ForCausalLM`` (``model.embed_tokens``, ``model.layers.N.
+self_attn.q_proj`` ..., ``model.norm``, ``lm_head``), so a ``save_pretrained`` directory loads with
+``load_state_dict`` + ``load_into`` and no renaming. Every op is upstream's op with upstream's
+shapes in upstream's order (a fused q/k/v projection would be faster and different in the last
+bit). What a decode loop reuses from step to step (the gathered weight tensors, a RoPE table, the
+cache's buffers) is reused only where the result is the same bits, which the parity tests check
+against transformers. Layers are ``ops.default``: constructing a model draws no random numbers
+and costs nothing before the checkpoint is loaded.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mizuoto_runtime import ops
+from mizuoto_runtime.accel import MaskInfo
+from mizuoto_runtime.lm.attention import hf_sdpa
+from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
+from mizuoto_runtime.lm.config import QwenConfig
+from mizuoto_runtime.lm.mask import mask_for
+from mizuoto_runtime.lm.rope import RopeState, Rotary, RotaryEmbedding, apply_rotary
+from mizuoto_runtime.loading import load_into, load_state_dict
+
+__all__ = ["LayerWeights", "QwenDecoder", "RMSNorm", "Weights", "layer_forward", "rms_norm"]
+
+Cache = DynamicCache | BufferCache
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """``Qwen2RMSNorm``: normalise in float32, round back, then scale in the weight's dtype."""
+    dtype = x.dtype
+    h = x if dtype == torch.float32 else x.to(torch.float32)  # .to() is a no-op in float32
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * (h if dtype == torch.float32 else h.to(dtype))
+
+
+class RMSNorm(ops.default.RMSNorm):
+    """An ``nn.RMSNorm`` (so ``init_random`` fills it) computing as transformers' Qwen norm."""
+
+    def __init__(self, size: int, eps: float, *, dtype: torch.dtype, device=None) -> None:
+        super().__init__(size, eps=eps, dtype=dtype, device=device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Attention(nn.Module):
+    """``Qwen{2,3}Attention``'s parameters (its forward is ``attention_block``)."""
+
+    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+        super().__init__()
+        hidden, heads, kv_heads, dim = (
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
+        kw = {"dtype": dtype, "device": device}
+        self.q_proj = ops.default.Linear(hidden, heads * dim, bias=config.qkv_bias, **kw)
+        self.k_proj = ops.default.Linear(hidden, kv_heads * dim, bias=config.qkv_bias, **kw)
+        self.v_proj = ops.default.Linear(hidden, kv_heads * dim, bias=config.qkv_bias, **kw)
+        self.o_proj = ops.default.Linear(heads * dim, hidden, bias=config.o_bias, **kw)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(dim, config.rms_norm_eps, **kw)
+            self.k_norm = RMSNorm(dim, config.rms_norm_eps, **kw)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+        super().__init__()
+        kw = {"bias": False, "dtype": dtype, "device": device}
+        self.gate_proj = ops.default.Linear(config.hidden_size, config.intermediate_size, **kw)
+        self.up_proj = ops.default.Linear(config.hidden_size, config.intermediate_size, **kw)
+        self.down_proj = ops.default.Linear(config.intermediate_size, config.hidden_size, **kw)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+        super().__init__()
+        kw = {"dtype": dtype, "device": device}
+        self.self_attn = Attention(config, **kw)
+        self.mlp = MLP(config, **kw)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
+
+    def weights(self) -> LayerWeights:
+        attn, mlp = self.self_attn, self.mlp
+        return LayerWeights(
+            self.input_layernorm.weight,
+            attn.q_proj.weight,
+            attn.q_proj.bias,
+            attn.k_proj.weight,
+            attn.k_proj.bias,
+            attn.v_proj.weight,
+            attn.v_proj.bias,
+            attn.o_proj.weight,
+            attn.o_proj.bias,
+            attn.q_norm.weight if hasattr(attn, "q_norm") else None,
+            attn.k_norm.weight if hasattr(attn, "k_norm") else None,
+            self.post_attention_layernorm.weight,
+            mlp.gate_proj.weight,
+            mlp.up_proj.weight,
+            mlp.down_proj.weight,
+        )
+
+
+class LayerWeights(NamedTuple):
+    """One layer's tensors, gathered once per call: looking parameters up through nn.Module
+    costs about as much as a small model's arithmetic, so the forward works on these."""
+
+    input_norm: Tensor
+    q: Tensor
+    q_bias: Tensor | None
+    k: Tensor
+    k_bias: Tensor | None
+    v: Tensor
+    v_bias: Tensor | None
+    o: Tensor
+    o_bias: Tensor | None
+    q_norm: Tensor | None
+    k_norm: Tensor | None
+    post_norm: Tensor
+    gate: Tensor
+    up: Tensor
+    down: Tensor
+
+
+class Weights(NamedTuple):
+    embed: Tensor
+    layers: tuple[LayerWeights, ...]
+    norm: Tensor
+    lm_head: Tensor
+
+
+def attention_block(
+    w: LayerWeights,
+    x: Tensor,
+    rotary: Rotary,
+    mask: Tensor | None,
+    cache: Cache | None,
+    layer: int,
+    config: QwenConfig,
+    mask_info: MaskInfo | None,
+) -> Tensor:
+    batch, length, _ = x.shape
+    shape = (batch, length, -1, config.head_dim)
+    q = F.linear(x, w.q, w.q_bias).view(shape)  # [B, L, H, D]
+    k = F.linear(x, w.k, w.k_bias).view(shape)  # [B, L, KV, D]
+    v = F.linear(x, w.v, w.v_bias).view(shape).transpose(1, 2)  # [B, KV, L, D]
+    if w.q_norm is not None:  # Qwen3: per-head RMSNorm before RoPE
+        q = rms_norm(q, w.q_norm, config.rms_norm_eps)
+        k = rms_norm(k, w.k_norm, config.rms_norm_eps)
+    q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), rotary)
+    if cache is not None:
+        k, v = cache.update(layer, k, v)  # [B, KV, S, D]
+    scale = config.head_dim**-0.5
+    out = hf_sdpa(q, k, v, mask, groups=config.groups, scale=scale, mask_info=mask_info)
+    out = out.reshape(batch, length, -1).contiguous()  # [B, L, H * D]
+    return F.linear(out, w.o, w.o_bias)
+
+
+def layer_forward(
+    w: LayerWeights,
+    x: Tensor,
+    rotary: Rotary,
+    mask: Tensor | None,
+    cache: Cache | None,
+    layer: int,
+    config: QwenConfig,
+    mask_info: MaskInfo | None = None,
+) -> Tensor:
+    eps = config.rms_norm_eps
+    h = rms_norm(x, w.input_norm, eps)
+    x = x + attention_block(w, h, rotary, mask, cache, layer, config, mask_info)
+    h = rms_norm(x, w.post_norm, eps)
+    h = F.linear(F.silu(F.linear(h, w.gate)) * F.linear(h, w.up), w.down)  # SwiGLU MLP
+    return x + h
+
+
+class Backbone(nn.Module):
+    """``Qwen{2,3}Model``: embeddings, layers, final norm (held as ``model`` for the names)."""
+
+    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+        super().__init__()
+        kw = {"dtype": dtype, "device": device}
+        self.embed_tokens = ops.default.Embedding(
+            config.vocab_size, config.hidden_size, config.pad_token_id, **kw
+        )
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, **kw) for _ in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
+        self.rotary_emb = RotaryEmbedding(config, device=device)
+
+
+def _capturing(x: Tensor) -> bool:
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+class QwenDecoder(nn.Module):
+    """A Qwen2 or Qwen3 causal LM: ``forward(input_ids, cache) -> logits``.
+
+    Build it in the dtype it runs in: ``QwenDecoder(config, dtype=torch.bfloat16)`` keeps RoPE's
+    ``inv_freq`` in float32, as ``from_pretrained(dtype=torch.bfloat16)`` does, whereas
+    ``.to(torch.bfloat16)`` rounds it, as upstream's ``.to()`` does.
+    """
+
+    def __init__(
+        self,
+        config: QwenConfig,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config, dtype=dtype, device=device)
+        self.lm_head = ops.default.Linear(
+            config.hidden_size, config.vocab_size, bias=False, dtype=dtype, device=device
+        )
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | PathLike[str],
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> QwenDecoder:
+        """Load a directory written by transformers' ``save_pretrained`` (config + safetensors).
+
+        Weights already in ``dtype`` on ``device`` are used as they are (memory-mapped); others are
+        converted, as ``from_pretrained(dtype=...)`` converts them.
+        """
+        config = QwenConfig.from_pretrained(model_dir)
+        with torch.device("meta"):
+            decoder = cls(config, dtype=dtype)
+        state = load_state_dict(model_dir, device=device)
+        load_into(decoder, state, cast=True)
+        decoder.model.rotary_emb = RotaryEmbedding(config, device=device)
+        return decoder.eval()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def weights(self) -> Weights:
+        """The tensors ``forward`` computes with (the parameters themselves, not copies)."""
+        return Weights(
+            self.model.embed_tokens.weight,
+            tuple(layer.weights() for layer in self.model.layers),
+            self.model.norm.weight,
+            self.lm_head.weight,
+        )
+
+    def rotary_table(self, length: int) -> Rotary | None:
+        """RoPE's cos/sin for positions 0 .. length - 1 [1, length, D], to slice step by step.
+
+        Each row equals what a forward computes for that position alone: the same products, and
+        ATen's cos/sin apply one vectorised routine to every element whatever the tensor's size
+        (the parity tests hold this to upstream's bits). Decoding with the table skips RoPE's
+        kernels each step. None for dynamic NTK, whose frequencies change with the length.
+        """
+        if self.config.rope.rope_type == "dynamic":
+            return None
+        rope = self.model.rotary_emb
+        like = torch.empty(0, dtype=self.dtype, device=self.device)
+        positions = torch.arange(length, device=self.device)[None]
+        with torch.inference_mode():
+            return Rotary.of(*rope(like, positions))
+
+    def new_cache(self, kind: str = "dynamic", *, batch: int = 1, max_length: int = 0) -> Cache:
+        """An empty cache: ``"dynamic"`` (room reserved for ``max_length`` tokens), or
+        ``"static"`` (a BufferCache of ``max_length``)."""
+        if kind == "static":
+            return BufferCache(self.config, batch, max_length, dtype=self.dtype, device=self.device)
+        if kind != "dynamic":
+            raise ValueError(f"cache kind: expected 'dynamic' or 'static', got {kind!r}")
+        return DynamicCache(self.config, reserve=max_length)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        cache: Cache | None = None,
+        *,
+        positions: Tensor | None = None,
+        padding_mask: Tensor | None = None,
+        logits_to_keep: int = 0,
+        weights: Weights | None = None,
+        rotary: Rotary | None = None,
+        advance: bool = True,
+    ) -> Tensor:
+        """input_ids [B, L] -> logits [B, L, V] (the last ``logits_to_keep`` positions if > 0).
+
+        ``positions`` [B or 1, L] default to the tokens after what ``cache`` holds;
+        ``padding_mask`` [B, held + L] (1 = real token) is generate's 2D attention mask, for
+        left-padded batches; ``weights`` (from ``self.weights()``) saves gathering them again
+        when calling step after step, and ``rotary`` (rows of ``rotary_table()``) computing RoPE
+        again. ``advance=False`` leaves the cache's counters as they were (the keys are still
+        written): a CUDA graph replays such a step, and its caller advances.
+        """
+        w = self.weights() if weights is None else weights
+        config = self.config
+        batch, length = input_ids.shape
+        offset = 0 if cache is None else cache.offset
+        held = 0 if cache is None else cache.length
+        if positions is None:
+            positions = torch.arange(length, device=input_ids.device)[None] + held  # [1, L]
+        seen = held + length  # max(positions) + 1, which dynamic NTK needs on the host
+        if padding_mask is not None and self.config.rope.rope_type == "dynamic":
+            seen = int(positions.max()) + 1
+        static = cache is not None and cache.static
+        kv_length = cache.max_length if static else held + length
+        mask = mask_for(
+            batch,
+            length,
+            kv_length,
+            offset,
+            padding_mask,
+            static=static,
+            empty=held == 0,
+            device=input_ids.device,
+        )
+        # A host-side length would be frozen into a captured graph, so none is given there.
+        capturing = _capturing(input_ids)
+        known = static and padding_mask is None and not capturing
+        mask_info = MaskInfo(keys=held + length) if known else None
+
+        x = F.embedding(input_ids, w.embed)  # [B, L, hidden]
+        if rotary is None:
+            rope = self.model.rotary_emb
+            state = RopeState(config.max_position_embeddings) if cache is None else cache.rope
+            inv_freq = rope.frequencies(positions, state, seen)
+            rotary = Rotary.of(*rope(x, positions, inv_freq))  # cos, sin [B or 1, L, D]
+        if cache is not None:
+            cache.begin(length)
+        for index, layer in enumerate(w.layers):
+            x = layer_forward(layer, x, rotary, mask, cache, index, config, mask_info)
+        if cache is not None and advance:
+            cache.advance(length)
+        x = rms_norm(x, w.norm, config.rms_norm_eps)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:, :]
+        return F.linear(x, w.lm_head)

@@ -60,6 +60,19 @@ def _warn_once(ctx: RequestContext, message: str) -> None:
         ctx.warn(message)
 
 
+def _reference(site: Site, call: AttentionCall) -> Tensor:
+    return site.reference(
+        call.q,
+        call.k,
+        call.v,
+        mask=call.mask,
+        causal=call.causal,
+        scale=call.scale,
+        enable_gqa=call.enable_gqa,
+        dropout_p=call.dropout_p,
+    )
+
+
 def attention(
     q: Tensor,
     k: Tensor,
@@ -78,50 +91,23 @@ def attention(
     The arguments mean what they mean to ``F.scaled_dot_product_attention``; ``mask_info`` says
     what ``mask`` holds, for kernels that take key lengths instead of a mask tensor.
     """
+    call = AttentionCall(q, k, v, mask, causal, scale, enable_gqa, dropout_p, mask_info)
     if torch.compiler.is_compiling():
         # A compiled region cannot read the request's context; it traces the reference, which
         # the compiler then lowers to its own kernel (compile_module records this in applied).
-        return site.reference(
-            q,
-            k,
-            v,
-            mask=mask,
-            causal=causal,
-            scale=scale,
-            enable_gqa=enable_gqa,
-            dropout_p=dropout_p,
-        )
+        return _reference(site, call)
     ctx = current_context()
     policy = policy_of(ctx)
     if policy == "auto":
         if ctx is not None:
             _record(ctx, site, "reference")
-        return site.reference(
-            q,
-            k,
-            v,
-            mask=mask,
-            causal=causal,
-            scale=scale,
-            enable_gqa=enable_gqa,
-            dropout_p=dropout_p,
-        )
+        return _reference(site, call)
     assert ctx is not None
-    call = AttentionCall(q, k, v, mask, causal, scale, enable_gqa, dropout_p, mask_info)
     candidates = POLICIES.get(policy)
     if candidates is None:
         _warn_once(ctx, f"{SETTING}={policy!r} is not a policy; ran the reference at {site.name}")
         _record(ctx, site, "reference")
-        return site.reference(
-            q,
-            k,
-            v,
-            mask=mask,
-            causal=causal,
-            scale=scale,
-            enable_gqa=enable_gqa,
-            dropout_p=dropout_p,
-        )
+        return _reference(site, call)
     passed_over: list[str] = []
     for name in candidates:
         kernel = KERNELS[name]
@@ -146,6 +132,4 @@ def attention(
     reasons = "; ".join(passed_over)
     _warn_once(ctx, f"{SETTING}={policy} at {site.name}: {reasons}; ran the reference")
     _record(ctx, site, "reference")
-    return site.reference(
-        q, k, v, mask=mask, causal=causal, scale=scale, enable_gqa=enable_gqa, dropout_p=dropout_p
-    )
+    return _reference(site, call)

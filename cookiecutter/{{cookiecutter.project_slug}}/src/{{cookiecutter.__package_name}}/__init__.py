@@ -1,0 +1,1 @@
+{{ '"""' ~ (cookiecutter.description.replace('\\', '/').replace('"', "'") | wordwrap(90, true, "\n")) ~ '"""' }}

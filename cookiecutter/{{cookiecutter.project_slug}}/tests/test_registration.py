@@ -1,0 +1,29 @@
+"""The engine is installed where the host looks for it, and the host accepts what it declares."""
+
+from importlib.metadata import entry_points
+
+from mizuoto_sdk import Engine, discover
+
+ENGINE_ID = {{ cookiecutter.slug | tojson }}
+DISTRIBUTION = "{{ cookiecutter.project_slug }}"
+
+
+def test_the_entry_point_names_the_plugin_module():
+    [entry] = [ep for ep in entry_points(group="mizuoto.engines") if ep.name == ENGINE_ID]
+    assert entry.value == "{{ cookiecutter.__package_name }}.plugin"
+    assert entry.dist is not None and entry.dist.name == DISTRIBUTION
+
+
+def test_discovery_lists_the_engine_as_ok():
+    record = discover().record(ENGINE_ID)  # raises, saying why, unless its status is ok
+    assert record.ok and record.distribution == DISTRIBUTION
+{%- if cookiecutter.capabilities == "synthesize+convert" %}
+    assert record.manifest.capabilities == ("synthesize", "convert")
+{%- else %}
+    assert record.manifest.capabilities == ("synthesize",)
+{%- endif %}
+
+
+def test_the_engine_class_imports_and_agrees_with_the_manifest():
+    # get_engine raises EngineUnavailable when DEVICES, DTYPES or EXTRAS differ from the manifest.
+    assert issubclass(discover().get_engine(ENGINE_ID), Engine)

@@ -16,18 +16,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
 
 if TYPE_CHECKING:
     import queue
+    from collections.abc import Sequence
 
     import numpy as np
     import torch
 
+    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.manager import ModelManager
+
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 ProgressCallback = Callable[[float, "float | None", "str | None"], None]
 
 _SEED_LIMIT = 2**63
@@ -68,6 +73,7 @@ class RequestContext:
         settings: Mapping[str, object] | None = None,
         progress: ProgressCallback | None = None,
         text_input: queue.Queue[str | None] | None = None,
+        manager: ModelManager | None = None,
     ) -> None:
         chosen = check_seed(seed)
         self.seed: int = secrets.randbits(63) if chosen is None else chosen
@@ -82,6 +88,7 @@ class RequestContext:
         self._reason = "cancelled"
         self._generators: dict[str, torch.Generator] = {}
         self._rng: np.random.Generator | None = None
+        self.manager = manager
 
     def generator_for(self, device: object) -> torch.Generator:
         """This call's torch generator for ``device``, seeded with the request's seed.
@@ -155,3 +162,61 @@ class RequestContext:
             yield self
         finally:
             _current.reset(token)
+
+    @contextlib.contextmanager
+    def use(
+        self,
+        *handles: ModelHandle,
+        phase: str = "default",
+        working_bytes: int | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> Iterator[None]:
+        """Hold ``handles`` on their device for the block (``ModelManager.use``).
+
+        Without a manager (an engine run outside a host) the block just runs.
+        """
+        if self.manager is None:
+            yield
+            return
+        with self.manager.use(*handles, phase=phase, working_bytes=working_bytes, shape=shape):
+            yield
+
+    def run(
+        self,
+        phase: str,
+        fn: Callable[..., T],
+        *args: Any,
+        handles: Sequence[ModelHandle] = (),
+        working_bytes: int | None = None,
+        shape: Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """``fn(*args, **kwargs)`` as phase ``phase`` of this call (``ModelManager.run``).
+
+        After an out-of-memory the manager re-runs ``fn`` with more of the model streamed and
+        this context's generators restored, so ``fn`` must have no other effect a re-run would
+        repeat. Without a manager ``fn`` runs once.
+        """
+        if self.manager is None:
+            return fn(*args, **kwargs)
+        return self.manager.run_phase(
+            self, phase, fn, args, kwargs, handles=handles, working_bytes=working_bytes, shape=shape
+        )
+
+    def snapshot_random(self) -> object:
+        """The state of this call's generators, for ``restore_random`` before a re-run."""
+        rng = None if self._rng is None else self._rng.bit_generator.state
+        return {key: g.get_state() for key, g in self._generators.items()}, rng
+
+    def restore_random(self, state: object) -> None:
+        """Put the generators back as ``snapshot_random`` saw them (later ones start afresh)."""
+        generators, rng = state  # type: ignore[misc]
+        for key in list(self._generators):
+            if key not in generators:
+                del self._generators[key]
+        for key, saved in generators.items():
+            self._generators[key].set_state(saved)
+        if rng is None:
+            self._rng = None
+        elif self._rng is not None:
+            self._rng.bit_generator.state = rng

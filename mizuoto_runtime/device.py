@@ -62,6 +62,7 @@ class DeviceService:
         self._properties = dict(properties or {})
         self._rules = tuple(rules)
         self._in_use: dict[str, int] = {}
+        self._peak: dict[str, int] = {}
 
     is_oom = staticmethod(is_oom)
     probe_devices = staticmethod(probe_devices)
@@ -75,10 +76,33 @@ class DeviceService:
         return device_type(str(device)) != "cpu" or self.simulated(device)
 
     def account(self, device: str, delta: int) -> None:
-        """Record bytes placed on (or, negative, removed from) a simulated device."""
+        """Record bytes placed on (or, negative, removed from) a simulated device.
+
+        Going over the simulated total raises ``torch.OutOfMemoryError``, as a real allocation
+        would, and records nothing, so out-of-memory handling runs for real on the CPU.
+        """
+        device = str(device)
         if not self.simulated(device):
             raise ValueError(f"account: {device!r} is not simulated")
-        self._in_use[device] = self._in_use.get(device, 0) + delta
+        held = self._in_use.get(device, 0) + delta
+        total = self._simulate[device]
+        if delta > 0 and held > total:
+            import torch
+
+            raise torch.OutOfMemoryError(
+                f"simulated {device} out of memory: tried to allocate {delta} bytes with "
+                f"{total - held + delta} of {total} free"
+            )
+        self._in_use[device] = held
+        self._peak[device] = max(self._peak.get(device, 0), held)
+
+    def peak(self, device: str) -> int:
+        """The most bytes accounted on a simulated device since ``reset_peak`` (or creation)."""
+        return self._peak.get(str(device), 0)
+
+    def reset_peak(self, device: str) -> None:
+        device = str(device)
+        self._peak[device] = self._in_use.get(device, 0)
 
     def memory(self, device: str) -> tuple[int, int]:
         """(free, total) bytes; on CUDA, memory torch caches but does not use counts as free."""

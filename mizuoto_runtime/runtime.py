@@ -7,20 +7,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from mizuoto_runtime.device import DeviceService
+from mizuoto_runtime.manager import ModelManager
+from mizuoto_runtime.policy import SettingsLike
+from mizuoto_sdk.errors import InvalidRequest
 
 
 class Runtime:
     """What every engine in the process shares. The host creates one, on the first load.
 
-    ``simulate`` is passed to the DeviceService (``{"cpu": bytes}`` makes the CPU play a GPU).
+    ``simulate`` is passed to the DeviceService (``{"cpu": bytes}`` makes the CPU play a GPU);
+    without it, the setting ``compute.simulate_vram_mb`` does the same. ``settings`` (anything
+    with ``get(key, default)``) is read by the memory manager's policy at each model load.
     """
 
-    def __init__(self, simulate: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, simulate: Mapping[str, int] | None = None, settings: SettingsLike | None = None
+    ) -> None:
         import torch
 
         self._torch = torch
         self.torch_version: str = torch.__version__
+        if simulate is None and settings is not None:
+            megabytes = settings.get("compute.simulate_vram_mb")
+            if megabytes is not None:
+                simulate = {"cpu": _simulated_bytes(megabytes)}
         self.devices = DeviceService(simulate=simulate)
+        self.manager = ModelManager(self.devices, settings)
 
     def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
         """The mode every engine call runs in (loads run outside it, so weights stay normal)."""
@@ -43,3 +55,12 @@ class Runtime:
 
     def is_oom(self, error: BaseException) -> bool:
         return self.devices.is_oom(error)
+
+
+def _simulated_bytes(megabytes: object) -> int:
+    if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or megabytes <= 0:
+        raise InvalidRequest(
+            f"compute.simulate_vram_mb: expected a number of MiB > 0, got {megabytes!r}",
+            {"field": "compute.simulate_vram_mb"},
+        )
+    return int(megabytes * 2**20)

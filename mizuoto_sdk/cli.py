@@ -13,9 +13,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mizuoto_sdk.discovery import Discovery, EngineRecord
 from mizuoto_sdk.errors import EngineError
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.host import RuntimeService
 
 USAGE_CODES = {"engine_not_found", "invalid_request", "capability_not_supported"}
 
@@ -44,17 +48,36 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("engine", nargs="?", metavar="ENGINE")
     doctor.add_argument("--json", action="store_true", help="print JSON")
 
-    runtime = commands.add_parser("runtime", help="models loaded in this process")
+    runtime = commands.add_parser(
+        "runtime", help="models loaded in this process, and where their weights are"
+    )
     runtime.add_argument("--json", action="store_true", help="print JSON")
+    runtime.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="ENGINE[:MODEL]",
+        help="load this engine's model first (repeatable)",
+    )
+    runtime.add_argument(
+        "--unload",
+        nargs="?",
+        const="",
+        metavar="MODEL",
+        help="unload idle models: all, or one engine or model as listed",
+    )
+    runtime.add_argument("--device", help="device for --load")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, service: RuntimeService | None = None) -> int:
+    """Run the command; ``service`` is the host whose models ``runtime`` shows (default: new)."""
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage message
         return int(exit_.code or 0)
     command = {"engines": _engines, "synth": _synth, "doctor": _doctor, "runtime": _runtime}
+    args.service = service
     try:
         return command[args.command](args)
     except _Usage as error:
@@ -241,17 +264,41 @@ def _doctor(args: argparse.Namespace) -> int:
 def _runtime(args: argparse.Namespace) -> int:
     from mizuoto_sdk.host import RuntimeService
 
-    models = RuntimeService().loaded_models()
+    service = args.service if args.service is not None else RuntimeService()
+    for target in args.load:
+        engine_id, _, model = target.partition(":")
+        service.loaded(engine_id, model or None, device=args.device)
+    if args.unload is not None:
+        known = {m["name"] for m in service.loaded_models()} | {
+            e.engine_id for e in service.engines()
+        }
+        if args.unload and args.unload not in known:
+            raise _Usage(f"--unload: no loaded model or engine {args.unload!r}")
+        unloaded = service.unload(args.unload or None)
+        if not args.json:
+            print(f"unloaded: {', '.join(unloaded) or 'nothing idle'}")
+    models = service.loaded_models()
     if args.json:
         print(json.dumps(models, indent=2, default=str))
-    elif not models:
+        return 0
+    if not models:
         print("no models loaded in this process")
-    for model in [] if args.json else models:
+    for model in models:
         print(
-            f"{model['engine']}/{model['model']} on {model['device']} ({model['dtype']}): "
-            f"{model['state']}"
+            f"{model['name']} ({model['dtype']}): {model['state']}, "
+            f"{_mib(model['resident_bytes'])} resident, {_mib(model['streamed_bytes'])} streamed, "
+            f"{_mib(model['host_bytes'])} in host memory"
         )
+        for part in model["components"]:
+            print(
+                f"  {part['name']}: {part['state']}, {_mib(part['resident_bytes'])} resident, "
+                f"{_mib(part['streamed_bytes'])} streamed, {_mib(part['host_bytes'])} host"
+            )
     return 0
+
+
+def _mib(count: object) -> str:
+    return f"{int(count) / 2**20:.1f} MiB"  # type: ignore[call-overload]
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from mizuoto_runtime.lm.config import QwenConfig
 from mizuoto_runtime.lm.mask import mask_for
 from mizuoto_runtime.lm.rope import RopeState, Rotary, RotaryEmbedding, apply_rotary
 from mizuoto_runtime.loading import load_into, load_state_dict
+from mizuoto_runtime.units import UnitGate
 
 __all__ = ["LayerWeights", "QwenDecoder", "RMSNorm", "Weights", "layer_forward", "rms_norm"]
 
@@ -227,6 +228,8 @@ class QwenDecoder(nn.Module):
         )
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        # Set by the memory manager while some layers stream (``mizuoto_runtime.units``).
+        self.unit_gate: UnitGate | None = None
 
     @classmethod
     def from_pretrained(
@@ -347,8 +350,17 @@ class QwenDecoder(nn.Module):
             rotary = Rotary.of(*rope(x, positions, inv_freq))  # cos, sin [B or 1, L, D]
         if cache is not None:
             cache.begin(length)
-        for index, layer in enumerate(w.layers):
-            x = layer_forward(layer, x, rotary, mask, cache, index, config, mask_info)
+        gate = self.unit_gate
+        if gate is None:
+            for index, layer in enumerate(w.layers):
+                x = layer_forward(layer, x, rotary, mask, cache, index, config, mask_info)
+        else:  # some layers are streamed: their weights come to the device around their step
+            for index, (layer, unit) in enumerate(zip(w.layers, self.model.layers, strict=True)):
+                gate.enter(unit)
+                try:
+                    x = layer_forward(layer, x, rotary, mask, cache, index, config, mask_info)
+                finally:
+                    gate.exit(unit)
         if cache is not None and advance:
             cache.advance(length)
         x = rms_norm(x, w.norm, config.rms_norm_eps)

@@ -67,6 +67,13 @@ def _decode_steps(
         return None
     from mizuoto_runtime.graphs import DecoderSteps  # graphs builds on this package
 
+    module = decoder.module if isinstance(decoder, Compiled) else decoder
+    if getattr(module, "unit_gate", None) is not None:
+        # A captured graph would keep reading the staging buffers it saw at capture time.
+        why = "some layers stream from host memory (their weights move each step); ran eagerly"
+        ctx.applied.setdefault("cuda_graphs", {})["lm.decode"] = f"eager: {why}"
+        ctx.warn(f"{GRAPHS}: {why}")
+        return None
     if not isinstance(kv, BufferCache):
         why = "they need compute.kv_cache=static (a fixed-address cache); ran eagerly"
         ctx.applied.setdefault("cuda_graphs", {})["lm.decode"] = f"eager: {why}"

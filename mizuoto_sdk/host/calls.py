@@ -71,12 +71,14 @@ class Call:
         self.handle = handle
         self.request = request
         self.capability = capability
+        self._manager = handle.engine.service.runtime.manager
         self.ctx = RequestContext(
             seed=request.params.get("seed"),
             params=request.params,
             settings=handle.engine.service.settings.as_dict(),
             progress=request.progress,
             text_input=request.text_input,
+            manager=self._manager,
         )
         self._started = 0.0
         self._done = threading.Event()
@@ -110,10 +112,20 @@ class Call:
                 self.ctx.cancel("timeout")
 
     def step(self, function: Callable[..., T], *args: Any) -> T:
-        """Run one piece of engine code: inference mode, context bound, errors mapped."""
+        """Run one piece of engine code: inference mode, context bound, errors mapped.
+
+        The model's handles are held (never evicted) and placed on the device for the step, so an
+        engine that declares handles but never calls ``ctx.use`` still finds its weights there.
+        """
         runtime = self.handle.engine.service.runtime
         try:
-            with runtime.inference_mode(), self.ctx.bind():
+            with (
+                runtime.inference_mode(),
+                self.ctx.bind(),
+                self._manager.use(
+                    *self.handle.handles, phase=self.capability, release_on_oom=False
+                ),
+            ):
                 return function(*args)
         except Exception as error:
             mapped = map_error(error, self.handle.engine, self.handle)

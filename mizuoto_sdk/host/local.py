@@ -30,6 +30,7 @@ from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
     from mizuoto_runtime.dtypes import DtypeChoice
+    from mizuoto_runtime.handle import ModelHandle
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.host.service import RuntimeService
 
@@ -261,6 +262,7 @@ class LocalEngine:
                         ", expected a mizuoto_sdk.LoadedEngine"
                     )
                 handle = LocalHandle(self, spec, loaded, key)
+                runtime.manager.register(_model_handles(loaded), owner=handle.name)
             except Exception as error:
                 mapped = map_error(error, self)
                 if mapped is error:
@@ -281,6 +283,7 @@ class LocalEngine:
                     target.stale = True
                     continue
                 if self._handles.pop(target.key, None) is not None:
+                    self.service.runtime.manager.forget(target.name)
                     target.loaded.unload()
                     target.loaded = None  # type: ignore[assignment]
                     unloaded.append(target.name)
@@ -297,6 +300,19 @@ class LocalEngine:
             return runtime.devices.pick_dtype(self.device, requested, self.manifest.dtypes)
         except EngineError as error:
             raise map_error(error, self) from None
+
+
+def _model_handles(loaded: LoadedEngine) -> tuple[ModelHandle, ...]:
+    from mizuoto_runtime.handle import ModelHandle
+
+    handles = tuple(loaded.handles)
+    for index, item in enumerate(handles):
+        if not isinstance(item, ModelHandle):
+            raise TypeError(
+                f"{type(loaded).__name__}.handles[{index}] is {type(item).__name__}"
+                ", expected a mizuoto_runtime.handle.ModelHandle"
+            )
+    return handles
 
 
 def _model_dir(entry: ModelEntry, engine_id: str) -> Path | None:

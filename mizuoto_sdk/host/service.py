@@ -13,6 +13,9 @@ from mizuoto_sdk.manifest import device_type
 
 log = logging.getLogger(__name__)
 
+_BYTE_FIELDS = ("resident_bytes", "streamed_bytes", "host_bytes")
+_COMPONENT_FIELDS = ("name", *_BYTE_FIELDS, "state")
+
 
 class RuntimeService:
     """Creates LocalEngines on demand and keeps the resident models within the settings.
@@ -40,7 +43,7 @@ class RuntimeService:
             if self._runtime is None:
                 from mizuoto_runtime.runtime import Runtime
 
-                self._runtime = Runtime()
+                self._runtime = Runtime(settings=self.settings)
             return self._runtime
 
     def engine(self, engine_id: str, device: str | None = None) -> LocalEngine:
@@ -76,19 +79,35 @@ class RuntimeService:
         return [h for engine in self.engines() for h in engine.handles]
 
     def loaded_models(self) -> list[dict[str, object]]:
-        """What ``mizuoto runtime`` shows: each resident model, its device, busy or idle."""
-        return [
-            {
-                "engine": h.engine.engine_id,
-                "model": h.spec.model_id,
-                "device": h.spec.device,
-                "dtype": h.spec.dtype,
-                "state": "busy" if h.busy else "idle",
-                "pinned": self._pinned(h),
-                "description": h.description,
-            }
-            for h in self.handles()
-        ]
+        """What ``mizuoto runtime`` shows: each loaded model, where its weights are, busy or idle.
+
+        ``components`` are the model's ModelHandles as the memory manager sees them; the byte
+        totals add them up (resident on the device, streamed in as layers run, parked in host
+        memory). An engine that declares no handles shows none and zero bytes.
+        """
+        rows = [] if self._runtime is None else self._runtime.manager.loaded()
+        models = []
+        for h in self.handles():
+            components = [
+                {key: row[key] for key in _COMPONENT_FIELDS}
+                for row in rows
+                if row["owner"] == h.name
+            ]
+            models.append(
+                {
+                    "name": h.name,
+                    "engine": h.engine.engine_id,
+                    "model": h.spec.model_id,
+                    "device": h.spec.device,
+                    "dtype": h.spec.dtype,
+                    "state": "busy" if h.busy else "idle",
+                    "pinned": self._pinned(h),
+                    **{key: sum(c[key] for c in components) for key in _BYTE_FIELDS},
+                    "components": components,
+                    "description": h.description,
+                }
+            )
+        return models
 
     def make_room(self) -> list[str]:
         """Unload least-recently-used idle, unpinned models until one more fits the limit."""
@@ -114,20 +133,45 @@ class RuntimeService:
         return unloaded
 
     def release_idle(self, device: str, keep: LocalHandle | None = None) -> list[str]:
-        """Unload every idle model on ``device`` except ``keep`` (after an out-of-memory error)."""
+        """Give back ``device``'s memory held by idle models (after an out-of-memory error).
+
+        Components the memory manager tracks move to host memory and stay loaded (the next call
+        places them again); an idle model that declares no handles is unloaded, as the manager
+        cannot move it. ``keep`` (the model whose call failed) and pinned models are spared
+        the unload.
+        """
         released: list[str] = []
+        if self._runtime is not None:
+            spared = keep.handles if keep is not None else ()
+            released += self._runtime.manager.release_idle(device, keep=spared)
         for engine in self.engines():
             if engine.device != device:
                 continue
             for handle in engine.handles:
-                if handle is not keep and not handle.busy and not self._pinned(handle):
-                    released += engine.unload(handle)
+                if handle is keep or handle.busy or handle.handles or self._pinned(handle):
+                    continue
+                released += engine.unload(handle)
         if self._runtime is not None and device_type(device) != "cpu":
             self._runtime.release(device)
         return released
 
+    def release_after_oom(self) -> list[str]:
+        """``release_idle`` on every device whose memory is scarce; CPU models stay as they are."""
+        if self._runtime is None:
+            return []
+        devices = self._runtime.devices
+        scarce = sorted({e.device for e in self.engines() if devices.is_accelerator(e.device)})
+        return [name for device in scarce for name in self.release_idle(device)]
+
     def unload(self, engine_id: str | None = None) -> list[str]:
-        """Unload the idle models of one engine, or of all; busy ones go when their call ends."""
+        """Unload the idle models of one engine, or of all; busy ones go when their call ends.
+
+        ``engine_id`` may also name one model as ``mizuoto runtime`` lists it
+        (``"codeclm/tiny@cpu"``).
+        """
+        named = [h for h in self.handles() if h.name == engine_id]
+        if named:
+            return [name for h in named for name in h.engine.unload(h)]
         return [
             name
             for engine in self.engines()

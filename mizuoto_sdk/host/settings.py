@@ -24,6 +24,34 @@ def _positive_int_or_none(key: str, value: object) -> int | None:
     return value
 
 
+def _positive_number_or_none(key: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidRequest(f"{key}: expected a number > 0 or None, got {value!r}", {"field": key})
+    return value
+
+
+def _factor_or_none(key: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:
+        raise InvalidRequest(
+            f"{key}: expected a factor >= 1 or None, got {value!r}", {"field": key}
+        )
+    return value
+
+
+def _megabytes_or_none(key: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidRequest(
+            f"{key}: expected a number of MiB >= 0 or None, got {value!r}", {"field": key}
+        )
+    return value
+
+
 def _device(key: str, value: object) -> str:
     try:
         device_type(value)  # type: ignore[arg-type]
@@ -79,6 +107,11 @@ COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "compute.compile": _boolean,
     "compute.cuda_graphs": _boolean,
     "compute.fast": _boolean,
+    # Memory management (mizuoto_runtime.policy): read at each model load.
+    "compute.simulate_vram_mb": _positive_number_or_none,
+    "compute.vram_headroom_mb": _megabytes_or_none,
+    "compute.stream_in_flight": _positive_int_or_none,
+    "compute.working_margin": _factor_or_none,
 }
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
@@ -95,6 +128,10 @@ DEFAULTS: Mapping[str, object] = {
     "compute.compile": False,
     "compute.cuda_graphs": False,
     "compute.fast": False,
+    "compute.simulate_vram_mb": None,
+    "compute.vram_headroom_mb": None,
+    "compute.stream_in_flight": None,
+    "compute.working_margin": None,
 }
 
 Listener = Callable[[str, object], None]

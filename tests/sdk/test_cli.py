@@ -70,7 +70,7 @@ def test_synth_is_deterministic_under_a_seed_and_writes_a_valid_wav(tmp_path, ca
     [
         (
             ["synth", "nope", "hi", "-o", "{tmp}/x.wav"],
-            "[engine_not_found]: no engine 'nope'; known engines: sine",
+            "[engine_not_found]: no engine 'nope'; known engines: ",
         ),
         (["synth", "sine", "  ", "-o", "{tmp}/x.wav"], "TEXT is empty"),
         (["synth", "sine", "hi", "-o", "{tmp}/missing/x.wav"], "cannot write"),

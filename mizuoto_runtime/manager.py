@@ -1,0 +1,465 @@
+"""ModelManager: which parts of which models are on which device, phase by phase.
+
+Every weighted component an engine loads is a registered ``ModelHandle`` with an owner
+(``"<model id>@<device>"``) and a last use. At each phase of a request (``use`` / ``run``) the
+manager places the phase's handles: resident if they fit; otherwise idle handles on that device
+first give memory back, unit by unit (least recently used, cheapest to reload first), and then
+the phase's own units that still do not fit stay in host memory and are streamed in as they run.
+Estimates only shape the plan; nothing is refused on an estimate. When a ``run`` phase hits a
+real allocation failure it leaves the ``except`` block (so the failed attempt's tensors are
+freed), releases idle units on the failing device and re-runs exactly with fewer units resident,
+down a bounded ladder that ends at full streaming; only then does it fail with
+``ComputeUnavailable`` (``detail.reason = "out_of_memory"``). Handles in use are never evicted.
+
+Where memory is not scarce (a CPU that does not simulate a GPU) nothing moves and nothing is
+counted: ``use`` and ``run`` only mark handles busy.
+
+Exact re-runs: the context's generators are snapshotted before a ``run`` phase and restored
+before each retry, so a retry draws what a run that never failed would have drawn. The phase
+function must have no other effect that a re-run repeats. For QwenDecoder phases the caller owns
+the cache: a forward that fails part-way leaves a DynamicCache's length as it was (its keys are
+written again), but a phase of several forwards must build its cache inside the phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mizuoto_runtime.handle import HOST, RESIDENT, ModelHandle
+from mizuoto_runtime.policy import (
+    Calibration,
+    Level,
+    PeakMeter,
+    Plan,
+    SettingsLike,
+    VramPolicy,
+    choose_resident,
+    eviction_order,
+    failing_device,
+    unit_order,
+)
+from mizuoto_runtime.stream import Streamer, stage_bytes
+from mizuoto_sdk.errors import ComputeUnavailable
+
+if TYPE_CHECKING:
+    from mizuoto_runtime.context import RequestContext
+    from mizuoto_runtime.device import DeviceService
+
+__all__ = ["ModelManager"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class _Entry:
+    __slots__ = ("handle", "holders", "last_used", "owner", "scarce", "tick")
+
+    def __init__(self, handle: ModelHandle, owner: str, scarce: bool) -> None:
+        self.handle, self.owner = handle, owner
+        self.scarce = scarce  # device memory is accounted (an accelerator or a simulated one)
+        self.holders: dict[int, int] = {}  # thread id -> phases holding the handle
+        self.last_used, self.tick = time.time(), 0
+
+
+class ModelManager:
+    """Residency of every registered handle; one per process (``Runtime.manager``).
+
+    ``trace`` keeps recent out-of-memory events as dicts, newest last: what failed, what was
+    released, what was re-run with which placement, and how it ended.
+    """
+
+    def __init__(self, devices: DeviceService, settings: SettingsLike | None = None) -> None:
+        self.devices = devices
+        self.settings = settings
+        self.calibration = Calibration()
+        self.trace: deque[dict[str, Any]] = deque(maxlen=256)
+        self._entries: dict[ModelHandle, _Entry] = {}
+        self._policies: dict[str, VramPolicy] = {}
+        self._streamers: dict[str, Streamer] = {}
+        self._meter = PeakMeter(devices, self.calibration)
+        self._lock = threading.RLock()
+        self._ticks = itertools.count(1)
+
+    # -- registry --------------------------------------------------------------------------
+
+    def register(self, handles: Iterable[ModelHandle], owner: str) -> None:
+        """Track ``handles`` for ``owner``; each device's policy is derived from the settings.
+
+        On a simulated device the resident bytes are counted; when they do not fit, idle handles
+        give memory back, then the new handle's units wait in host memory (nothing is refused).
+        """
+        with self._lock:
+            for handle in handles:
+                if handle in self._entries:
+                    self._entries[handle].owner = owner
+                    continue
+                device = handle.load_device
+                entry = self._entries[handle] = _Entry(
+                    handle, owner, self.devices.is_accelerator(device)
+                )
+                if entry.scarce:
+                    self._policies[device] = self._derive_policy(device)
+                if entry.scarce and self.devices.simulated(device):
+                    self._admit(handle)
+                    handle.count_with(functools.partial(self.devices.account, device))
+
+    def forget(self, owner: str) -> list[str]:
+        """Stop tracking ``owner``'s handles (its engine was unloaded); returns their names."""
+        with self._lock:
+            gone = [e for e in self._entries.values() if e.owner == owner]
+            for entry in gone:
+                handle = entry.handle
+                self.streamer(handle.load_device).detach(handle)
+                if entry.scarce and self.devices.simulated(handle.load_device):
+                    self.devices.account(handle.load_device, -handle.loaded_bytes)
+                    handle.count_with(None)
+                del self._entries[handle]
+            for device in {e.handle.load_device for e in gone if e.scarce}:
+                self.streamer(device).trim()
+            return [e.handle.name for e in gone]
+
+    def loaded(self) -> list[dict[str, object]]:
+        """One row per handle (for ``mizuoto runtime``): where its bytes are, busy or idle."""
+        with self._lock:
+            return [
+                {
+                    "name": e.handle.name,
+                    "owner": e.owner,
+                    "device": e.handle.load_device,
+                    "resident_bytes": e.handle.loaded_bytes,
+                    "streamed_bytes": e.handle.streamed_bytes,
+                    "host_bytes": e.handle.host_bytes,
+                    "state": "busy" if e.holders else "idle",
+                    "last_used": e.last_used,
+                }
+                for e in self._entries.values()
+            ]
+
+    def unload(self, target: str | None = None) -> list[str]:
+        """Send idle handles of owner or name ``target`` (every idle one when None) to the host.
+
+        Returns the names that gave device memory back; busy handles stay. Dropping the engine
+        itself is the host's job (it then calls ``forget``).
+        """
+        with self._lock:
+            chosen = [
+                e
+                for e in self._entries.values()
+                if e.scarce and not e.holders and target in (None, e.owner, e.handle.name)
+            ]
+            names = [e.handle.name for e in chosen if self._offload(e.handle)]
+            for device in {e.handle.load_device for e in chosen}:
+                self.streamer(device).trim()
+                self.devices.empty_cache(device)
+            return names
+
+    def release_idle(self, device: str, keep: Sequence[ModelHandle] = ()) -> list[str]:
+        """Idle handles on ``device``, all but ``keep``, give their device memory back; names."""
+        device = str(device)
+        with self._lock:
+            names = self._release_parts(device, None, keep)
+            self.streamer(device).trim()
+        self.devices.empty_cache(device)
+        return names
+
+    def release_after_oom(self) -> list[str]:
+        """Release every idle handle on every accelerator; models on a plain CPU stay."""
+        with self._lock:
+            devices = sorted({e.handle.load_device for e in self._entries.values() if e.scarce})
+        return [name for device in devices for name in self.release_idle(device)]
+
+    def policy(self, device: str) -> VramPolicy:
+        policy = self._policies.get(device)
+        if policy is None:
+            policy = self._policies[device] = self._derive_policy(device)
+        return policy
+
+    def streamer(self, device: str) -> Streamer:
+        """The device's Streamer (staging slots, copies); created on first use."""
+        streamer = self._streamers.get(device)
+        if streamer is None:
+            streamer = self._streamers[device] = Streamer(device, self.devices)
+        return streamer
+
+    # -- phases ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def use(
+        self,
+        *handles: ModelHandle,
+        phase: str = "default",
+        working_bytes: int | None = None,
+        shape: Sequence[int] | None = None,
+        release_on_oom: bool = True,
+    ) -> Iterator[None]:
+        """Hold and place ``handles`` for the block, leaving ``working_bytes`` free.
+
+        A block cannot be re-run: an out-of-memory inside it propagates, after idle handles on
+        that device were released (unless ``release_on_oom`` is false: the caller handles the
+        error and releases) and the phase's working figure raised for next time (``run``
+        re-runs). ``shape`` (batch, length, ...) buckets the calibration.
+        """
+        entries = self._hold(handles)
+        try:
+            if not any(e.scarce for e in entries):
+                yield
+                return
+            plan = self._attempts(entries, Plan(phase, working_bytes, shape), None, None)[0]
+            error = None
+            try:
+                with self._meter.measure(plan.keys()):
+                    yield
+            except BaseException as exc:
+                if not self.devices.is_oom(exc):
+                    raise
+                error = f"{type(exc).__name__}: {exc}"
+                device = failing_device(error, self._devices_of(entries))
+                if release_on_oom:
+                    self._after_oom(plan, device)
+                else:
+                    self._calibrate_failure(plan, device)
+                raise
+        finally:
+            self._release(entries)
+
+    def run(
+        self,
+        phase: str,
+        fn: Callable[..., T],
+        *args: Any,
+        handles: Sequence[ModelHandle] = (),
+        working_bytes: int | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """``fn(*args, **kwargs)`` with ``handles`` placed; re-run exactly after out of memory."""
+        from mizuoto_runtime.context import current_context
+
+        return self.run_phase(
+            current_context(), phase, fn, args, kwargs, handles=handles, working_bytes=working_bytes
+        )
+
+    def run_phase(
+        self,
+        context: RequestContext | None,
+        phase: str,
+        fn: Callable[..., T],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        handles: Sequence[ModelHandle] = (),
+        working_bytes: int | None = None,
+        shape: Sequence[int] | None = None,
+    ) -> T:
+        """``run`` whose retries restore ``context``'s random state (``RequestContext.run``)."""
+        kwargs = kwargs or {}
+        entries = self._hold(tuple(handles))
+        try:
+            if not any(e.scarce for e in entries):
+                return fn(*args, **kwargs)
+
+            def body(plan: Plan) -> T:
+                with self._meter.measure(plan.keys()):
+                    return fn(*args, **kwargs)
+
+            return self._attempts(entries, Plan(phase, working_bytes, shape), context, body)[1]
+        finally:
+            self._release(entries)
+
+    # -- placement -------------------------------------------------------------------------
+
+    def _attempts(
+        self,
+        entries: list[_Entry],
+        plan: Plan,
+        context: RequestContext | None,
+        body: Callable[[Plan], T] | None,
+    ) -> tuple[Plan, T | None]:
+        """Place, then ``body(plan)``; after out of memory, step down the ladder and again."""
+        state = context.snapshot_random() if context is not None else None
+        for attempt in itertools.count(1):
+            try:
+                self._place(entries, plan)
+                result = None if body is None else body(plan)
+                if attempt > 1:
+                    self._note("done", phase=plan.phase, attempt=attempt, placement=plan.summary())
+                return plan, result
+            except BaseException as exc:
+                if not self.devices.is_oom(exc):
+                    raise
+                error = f"{type(exc).__name__}: {exc}"
+            # Out of the except block now: the failed attempt's frames and tensors are gone.
+            self._next_level(entries, plan, error, attempt)
+            plan = plan.retry()
+            if context is not None:
+                context.restore_random(state)
+        raise AssertionError("unreachable")
+
+    def _place(self, entries: list[_Entry], plan: Plan) -> None:
+        thread = threading.get_ident()
+        with self._lock:
+            by_device: dict[str, list[ModelHandle]] = {}
+            for entry in entries:
+                # A handle another thread is running keeps its placement: moving its tensors
+                # under a running forward would break that forward.
+                if entry.scarce and set(entry.holders) == {thread}:
+                    handles = by_device.setdefault(entry.handle.load_device, [])
+                    if entry.handle not in handles:
+                        handles.append(entry.handle)
+            for device, handles in by_device.items():
+                self._place_device(device, handles, plan)
+
+    def _place_device(self, device: str, handles: list[ModelHandle], plan: Plan) -> None:
+        policy, streamer = self.policy(device), self.streamer(device)
+        key = Calibration.key([h.name for h in handles], device, plan.phase, plan.shape)
+        weights = sum(h.size_bytes for h in handles)
+        need = policy.working(plan.working_bytes, self.calibration.get(key), weights)
+        limit, slots = plan.cap.get(device, (None, policy.in_flight))
+        units = unit_order(handles)
+        sizes = [p.nbytes for p in units]
+        slot_bytes = max((stage_bytes(p) for p in units), default=0)
+        plan.working[device] = (need, key)
+        missing_base = sum(h.base.nbytes for h in handles if h.base.state != RESIDENT)
+
+        def room() -> int:
+            free, _ = self.devices.memory(device)
+            ours = sum(p.nbytes for p in units if p.state == RESIDENT) + streamer.staging_bytes
+            return free + ours - policy.headroom - need - missing_base
+
+        available = room()
+        if available < sum(sizes):
+            self._release_parts(device, sum(sizes) - available, keep=handles)
+            available = room()
+        if limit is not None:
+            available = min(available, limit)
+        chosen, used_slots = choose_resident(sizes, available, slot_bytes, slots)
+        placed = sum(sizes[i] for i in chosen) + used_slots * slot_bytes
+        streamed = len(units) - len(chosen)
+        plan.levels[device] = Level(placed, slots, slot_bytes, len(chosen), streamed)
+        kept = {id(units[i]) for i in chosen}
+        streamer.apply(
+            handles,
+            [units[i] for i in chosen],
+            [p for p in units if id(p) not in kept],
+            used_slots,
+            max(slot_bytes, streamer.slot_bytes),
+        )
+
+    def _release_parts(
+        self, device: str, need: int | None, keep: Sequence[ModelHandle] = ()
+    ) -> list[str]:
+        """Idle handles on ``device`` give back resident parts until ``need`` bytes (all: None)."""
+        idle = [
+            e
+            for e in self._entries.values()
+            if e.scarce and not e.holders and e.handle.load_device == device
+            if e.handle not in keep
+        ]
+        parts = eviction_order([(e.tick, p) for e in idle for p in e.handle.parts])
+        freed, names = 0, []
+        for part in parts:
+            if need is not None and freed >= need:
+                break
+            if part.state == RESIDENT:
+                part.handle.move(part, HOST)
+                freed += part.nbytes
+                names.append(part.handle.name)
+        if need is None:  # streamed parts too, so the staging slots can go
+            names += [e.handle.name for e in idle if self._offload(e.handle)]
+        return list(dict.fromkeys(names))
+
+    def _offload(self, handle: ModelHandle) -> bool:
+        """Every part of ``handle`` to host memory; whether it had any on the device."""
+        had = handle.loaded_bytes > 0
+        for part in handle.parts:
+            handle.move(part, HOST)
+        self.streamer(handle.load_device).detach(handle)
+        return had
+
+    def _admit(self, handle: ModelHandle) -> None:
+        """Count a new handle resident on a simulated device, making room as placement would."""
+        device = handle.load_device
+        free = self.devices.memory(device)[0]
+        if handle.loaded_bytes > free:
+            self._release_parts(device, handle.loaded_bytes - free, keep=[handle])
+        self.devices.account(device, handle.fit_into(self.devices.memory(device)[0]))
+
+    # -- failures --------------------------------------------------------------------------
+
+    def _next_level(self, entries: list[_Entry], plan: Plan, error: str, attempt: int) -> None:
+        """Release idle memory on the failing device and step down the ladder, or fail."""
+        device = failing_device(error, list(plan.levels) or self._devices_of(entries))
+        policy, phase = self.policy(device), plan.phase
+        level = plan.levels.get(device)
+        self._note("oom", phase=phase, device=device, attempt=attempt, error=error,
+                   placement=plan.summary())  # fmt: skip
+        released = self._after_oom(plan, device)
+        step = policy.ladder(level) if level is not None and level.slot_bytes else None
+        if step is None and not released:
+            self._note("failed", phase=phase, device=device, attempts=attempt)
+            raise ComputeUnavailable(
+                f"{phase}: out of memory on {device} with every unit streamed, after "
+                f"{attempt} attempts; free memory on the device or choose a smaller model",
+                {"reason": "out_of_memory", "device": device, "phase": phase}
+                | {"attempts": attempt, "error": error},
+            )
+        if step is not None:
+            plan.cap[device] = step
+        self._note("retry", phase=phase, device=device, attempt=attempt + 1,
+                   unit_bytes=plan.cap.get(device, (None,))[0], released=released)  # fmt: skip
+
+    def _calibrate_failure(self, plan: Plan, device: str) -> None:
+        working = plan.working.get(device)
+        if working is not None:
+            self.calibration.failed(working[1], working[0])
+
+    def _after_oom(self, plan: Plan, device: str) -> list[str]:
+        self._calibrate_failure(plan, device)
+        released = self.release_idle(device)
+        self._note("release", device=device, names=released)
+        return released
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _derive_policy(self, device: str) -> VramPolicy:
+        total, simulated = self.devices.memory(device)[1], self.devices.simulated(device)
+        return VramPolicy.from_settings(self.settings, total=total, simulated=simulated)
+
+    @staticmethod
+    def _devices_of(entries: Sequence[_Entry]) -> list[str]:
+        return sorted({e.handle.load_device for e in entries if e.scarce})
+
+    def _hold(self, handles: Sequence[ModelHandle]) -> list[_Entry]:
+        thread = threading.get_ident()
+        with self._lock:
+            entries = []
+            for handle in handles:
+                entry = self._entries.get(handle)
+                if entry is None:  # an engine used a handle the host did not register
+                    self.register([handle], owner=handle.name)
+                    entry = self._entries[handle]
+                entry.holders[thread] = entry.holders.get(thread, 0) + 1
+                entries.append(entry)
+            return entries
+
+    def _release(self, entries: Sequence[_Entry]) -> None:
+        thread, now = threading.get_ident(), time.time()
+        with self._lock:
+            for entry in entries:
+                count = entry.holders.get(thread, 0) - 1
+                if count > 0:
+                    entry.holders[thread] = count
+                else:
+                    entry.holders.pop(thread, None)
+                entry.last_used, entry.tick = now, next(self._ticks)
+
+    def _note(self, event: str, **detail: Any) -> None:
+        self.trace.append({"event": event, **detail})
+        log.info("memory %s: %s", event, detail)

@@ -1,0 +1,311 @@
+"""ModelManager on a simulated device: placement, eviction, the re-run ladder, the registry."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from mizuoto_runtime import ops
+from mizuoto_runtime.context import RequestContext
+from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.ops import init_random
+from mizuoto_runtime.runtime import Runtime
+from mizuoto_runtime.stream import stage_bytes
+from mizuoto_sdk.errors import ComputeUnavailable, InvalidRequest
+
+WIDTH = 16
+
+
+class Stack(nn.Module):
+    def __init__(self, blocks: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(ops.default.Linear(WIDTH, WIDTH) for _ in range(blocks))
+        self.head = ops.default.Linear(WIDTH, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.tanh(block(x))
+        return self.head(x)
+
+
+def handle(name: str = "m", blocks: int = 4, seed: int = 0) -> ModelHandle:
+    model = init_random(Stack(blocks), torch.Generator().manual_seed(seed))
+    return ModelHandle(model, name=name, load_device="cpu")
+
+
+UNIT = handle().unit_parts[0].nbytes
+SLOT = stage_bytes(handle().unit_parts[0])
+BASE = handle().base.nbytes
+FULL = BASE + 4 * UNIT
+X = torch.randn(2, WIDTH, generator=torch.Generator().manual_seed(5))
+
+
+def simulated(total: int, **settings: object) -> Runtime:
+    return Runtime(simulate={"cpu": total}, settings=settings or None)
+
+
+def run(rt: Runtime, h: ModelHandle, phase: str = "forward", **kw) -> torch.Tensor:
+    with torch.inference_mode():
+        return rt.manager.run(phase, h.module, X, handles=[h], working_bytes=0, **kw)
+
+
+def in_use(rt: Runtime) -> int:
+    free, total = rt.devices.memory("cpu")
+    return total - free
+
+
+def row(rt: Runtime, name: str) -> dict[str, object]:
+    return next(r for r in rt.manager.loaded() if r["name"] == name)
+
+
+def test_on_a_plain_cpu_nothing_moves_and_nothing_is_counted():
+    rt = Runtime()
+    h = handle()
+    rt.manager.register([h], owner="m@cpu")
+    expected = h.module(X)
+    assert torch.equal(run(rt, h), expected)
+    with rt.manager.use(h, phase="call"):
+        assert row(rt, "m")["state"] == "busy"
+    assert row(rt, "m")["state"] == "idle"
+    assert (h.loaded_bytes, h.streamed_bytes, h.host_bytes) == (h.size_bytes, 0, 0)
+    assert rt.manager.release_after_oom() == [] and rt.manager.unload() == []
+    assert not rt.manager.trace
+
+
+def test_a_model_that_fits_stays_resident_and_is_listed():
+    rt = simulated(FULL + 100)
+    h = handle()
+    rt.manager.register([h], owner="m@cpu")
+    assert torch.equal(run(rt, h), h.module(X))
+    assert row(rt, "m") | {"last_used": 0} == {
+        "name": "m",
+        "owner": "m@cpu",
+        "device": "cpu",
+        "resident_bytes": FULL,
+        "streamed_bytes": 0,
+        "host_bytes": 0,
+        "state": "idle",
+        "last_used": 0,
+    }
+    assert in_use(rt) == FULL
+
+
+def test_registering_more_than_fits_is_not_refused_the_rest_waits_in_host_memory():
+    rt = simulated(BASE + 2 * UNIT)
+    h = handle()
+    rt.manager.register([h], owner="m@cpu")
+    assert h.loaded_bytes == BASE + 2 * UNIT and h.host_bytes == 2 * UNIT
+    assert in_use(rt) == BASE + 2 * UNIT
+
+
+def test_a_model_that_does_not_fit_streams_units_and_computes_the_same():
+    rt = simulated(BASE + UNIT + 2 * SLOT)
+    h = handle()
+    expected = h.module(X)
+    rt.manager.register([h], owner="m@cpu")
+    assert torch.equal(run(rt, h), expected)
+    assert h.loaded_bytes == BASE + UNIT and h.streamed_bytes == 3 * UNIT
+    assert in_use(rt) == BASE + UNIT + 2 * SLOT
+    assert rt.manager.streamer("cpu").copies >= 3
+
+
+def test_idle_models_give_memory_back_least_recently_used_first():
+    rt = simulated(2 * FULL + 100)
+    a, b, c = handle("a"), handle("b", seed=1), handle("c", seed=2)
+    rt.manager.register([a], owner="a@cpu")
+    rt.manager.register([b], owner="b@cpu")
+    run(rt, a)
+    run(rt, b)
+    rt.manager.register([c], owner="c@cpu")  # waits in host memory: a and b fill the device
+    run(rt, c)
+    assert c.loaded_bytes == FULL
+    assert b.loaded_bytes == FULL  # used more recently than a
+    assert a.loaded_bytes < FULL and a.host_bytes > 0
+    assert in_use(rt) <= 2 * FULL + 100
+
+
+def test_a_handle_in_use_is_never_evicted_the_other_model_streams_instead():
+    rt = simulated(FULL + BASE + UNIT + 2 * SLOT)
+    a, b = handle("a"), handle("b", seed=1)
+    rt.manager.register([a, b], owner="ab@cpu")
+    expected = b.module(X)
+    with rt.manager.use(a, phase="hold", working_bytes=0):
+        assert torch.equal(run(rt, b), expected)
+        assert a.loaded_bytes == FULL
+        assert rt.manager.release_idle("cpu") == ["b"]
+        assert a.loaded_bytes == FULL
+    assert b.streamed_bytes + b.host_bytes > 0
+
+
+def test_an_injected_oom_releases_idle_models_and_reruns_exactly():
+    rt = simulated(2 * FULL)
+    h, idle = handle("m"), handle("idle", seed=1)
+    rt.manager.register([idle], owner="idle@cpu")
+    rt.manager.register([h], owner="m@cpu")
+    calls = []
+
+    def phase(ctx: RequestContext) -> torch.Tensor:
+        noise = torch.rand(4, generator=ctx.generator_for("cpu"))
+        calls.append(noise)
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return noise
+
+    ctx = RequestContext(seed=7, manager=rt.manager)
+    result = ctx.run("sample", phase, ctx, handles=[h])
+    clean = torch.rand(4, generator=RequestContext(seed=7).generator_for("cpu"))
+    assert torch.equal(result, clean) and torch.equal(calls[0], calls[1])
+    events = [e["event"] for e in rt.manager.trace]
+    assert events == ["oom", "release", "retry", "done"]
+    assert rt.manager.trace[1]["names"] == ["idle"]
+    assert idle.loaded_bytes == 0 and h.loaded_bytes > 0
+
+
+def test_working_memory_that_does_not_fit_is_retried_with_more_streaming_then_calibrated():
+    rt = simulated(FULL + 2 * UNIT)
+    h = handle()
+    rt.manager.register([h], owner="m@cpu")
+    activations = 3 * UNIT
+    expected = h.module(X)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        rt.devices.account("cpu", activations)  # what the forward allocates on the device
+        try:
+            return h.module(x)
+        finally:
+            rt.devices.account("cpu", -activations)
+
+    with torch.inference_mode():
+        assert torch.equal(rt.manager.run("forward", forward, X, handles=[h]), expected)
+    ooms = sum(e["event"] == "oom" for e in rt.manager.trace)
+    assert ooms >= 1 and h.streamed_bytes > 0
+    assert rt.devices.peak("cpu") <= FULL + 2 * UNIT
+    with torch.inference_mode():
+        assert torch.equal(rt.manager.run("forward", forward, X, handles=[h]), expected)
+    assert sum(e["event"] == "oom" for e in rt.manager.trace) == ooms  # planned from the peak
+
+
+def test_an_oom_that_does_not_go_away_fails_with_compute_unavailable_after_the_ladder():
+    h = handle(blocks=8)
+    rt = simulated(2 * h.size_bytes)
+    rt.manager.register([h], owner="m@cpu")
+    calls = []
+
+    def phase() -> None:
+        calls.append(h.loaded_bytes)
+        raise torch.OutOfMemoryError("out of memory")
+
+    with pytest.raises(ComputeUnavailable) as failure:
+        rt.manager.run("forward", phase, handles=[h])
+    error = failure.value
+    assert error.code == "compute_unavailable"
+    assert error.detail["reason"] == "out_of_memory" and error.detail["device"] == "cpu"
+    assert calls[0] == h.size_bytes  # it fitted: the first attempt ran fully resident
+    assert len(calls) <= math.log2(8) + 3
+    assert calls == sorted(calls, reverse=True) and calls[-1] == BASE  # ends fully streamed
+    assert rt.manager.trace[-1]["event"] == "failed"
+
+
+def test_errors_other_than_out_of_memory_propagate_at_once():
+    rt = simulated(FULL + 100)
+    h = handle()
+    calls = []
+
+    def phase() -> None:
+        calls.append(1)
+        raise KeyError("bad")
+
+    with pytest.raises(KeyError):
+        rt.manager.run("forward", phase, handles=[h])
+    assert calls == [1] and not rt.manager.trace
+
+
+def test_an_oom_inside_a_use_block_propagates_after_releasing_idle_models():
+    rt = simulated(2 * FULL)
+    a, b = handle("a"), handle("b", seed=1)
+    rt.manager.register([a, b], owner="ab@cpu")
+    with pytest.raises(torch.OutOfMemoryError), rt.manager.use(a, phase="call"):
+        raise torch.OutOfMemoryError("out of memory")
+    assert b.loaded_bytes == 0 and a.loaded_bytes == FULL
+
+
+def test_unload_and_forget_give_memory_back_and_skip_busy_handles():
+    rt = simulated(3 * FULL)
+    a, b = handle("a"), handle("b", seed=1)
+    rt.manager.register([a], owner="x@cpu")
+    rt.manager.register([b], owner="y@cpu")
+    with rt.manager.use(b):
+        assert rt.manager.unload() == ["a"]
+    assert a.loaded_bytes == 0 and b.loaded_bytes == FULL
+    assert rt.manager.unload("y@cpu") == ["b"]
+    assert rt.manager.unload("nobody") == []
+    run(rt, b)
+    assert rt.manager.forget("y@cpu") == ["b"]
+    assert in_use(rt) == 0
+    assert [r["name"] for r in rt.manager.loaded()] == ["a"]
+
+
+def test_release_after_oom_unloads_idle_models_on_accelerators_only():
+    rt = simulated(3 * FULL)
+    a = handle("a")
+    rt.manager.register([a], owner="a@cpu")
+    assert rt.manager.release_after_oom() == ["a"]
+    assert in_use(rt) == 0
+
+
+def test_headroom_and_staging_slots_come_from_the_settings():
+    h = handle()
+    rt = simulated(FULL + 100, **{"compute.vram_headroom_mb": 0.5 * (FULL + 100) / 2**20})
+    rt.manager.register([h], owner="m@cpu")
+    run(rt, h)
+    assert h.streamed_bytes > 0
+    h = handle()
+    rt = simulated(BASE + 3 * SLOT, **{"compute.stream_in_flight": 1})
+    rt.manager.register([h], owner="m@cpu")
+    run(rt, h)
+    assert rt.manager.streamer("cpu").staging_bytes == SLOT
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"compute.vram_headroom_mb": -1},
+        {"compute.stream_in_flight": 0},
+        {"compute.working_margin": "x"},
+    ],
+)
+def test_bad_memory_settings_are_invalid_requests_naming_the_key(settings: dict[str, object]):
+    rt = simulated(FULL, **settings)
+    with pytest.raises(InvalidRequest) as failure:
+        rt.manager.register([handle()], owner="m@cpu")
+    assert failure.value.detail["field"] == next(iter(settings))
+
+
+def test_the_simulated_vram_setting_makes_the_cpu_play_a_gpu():
+    rt = Runtime(settings={"compute.simulate_vram_mb": 1})
+    assert rt.devices.is_accelerator("cpu") and rt.devices.memory("cpu") == (2**20, 2**20)
+    with pytest.raises(InvalidRequest, match=r"compute\.simulate_vram_mb"):
+        Runtime(settings={"compute.simulate_vram_mb": 0})
+
+
+def test_a_context_without_a_manager_just_runs():
+    ctx = RequestContext(seed=1)
+    h = handle()
+    with ctx.use(h, phase="call"):
+        pass
+    assert ctx.run("forward", lambda x: x + 1, 1, handles=[h]) == 2
+
+
+def test_a_simulated_device_fails_an_allocation_over_its_total_and_keeps_a_peak():
+    devices = Runtime(simulate={"cpu": 1000}).devices
+    devices.account("cpu", 600)
+    with pytest.raises(torch.OutOfMemoryError, match="simulated cpu"):
+        devices.account("cpu", 500)
+    assert devices.memory("cpu") == (400, 1000)  # the failed allocation counted nothing
+    devices.account("cpu", -600)
+    assert devices.peak("cpu") == 600
+    devices.reset_peak("cpu")
+    assert devices.peak("cpu") == 0

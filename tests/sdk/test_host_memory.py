@@ -1,0 +1,184 @@
+"""The host and the memory manager: handles registered at load, placed per call, released on OOM.
+
+The CPU plays a GPU of a few hundred KiB (``compute.simulate_vram_mb``), so placement, streaming
+and release run for real on models of a few Linear layers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import plugin_source
+
+from mizuoto_sdk import AudioChunk, EngineError
+from mizuoto_sdk.cli import main
+from mizuoto_sdk.host import EngineRequest, RuntimeService
+
+MEMO_ENGINE = """
+    import numpy as np
+
+    from mizuoto_sdk import AudioChunk, Engine, LoadedEngine
+
+    LAYERS, WIDTH = 8, 64
+
+    class MemoEngine(Engine):
+        DEVICES = ("cpu",)
+
+        def load(self, spec, runtime, ctx):
+            import torch
+            from mizuoto_runtime import ops
+            from mizuoto_runtime.handle import ModelHandle
+
+            torch_module = torch.nn.Sequential(
+                *(ops.default.Linear(WIDTH, WIDTH) for _ in range(LAYERS))
+            )
+            generator = torch.Generator().manual_seed(sum(map(ord, spec.model_id)))
+            ops.init_random(torch_module, generator)
+            if spec.options.get("not_a_handle"):
+                return Loaded(torch_module, (torch_module,))
+            handle = ModelHandle(
+                torch_module,
+                name=f"memo/{spec.model_id}:stack",
+                load_device=spec.device,
+                units=list(torch_module),
+            )
+            return Loaded(torch_module, (handle,))
+
+    class Loaded(LoadedEngine):
+        def __init__(self, module, handles):
+            self.module = module
+            self.handles = handles
+
+        def synthesize(self, text, params, ctx):
+            import torch
+
+            if params.get("mode") == "oom":
+                raise torch.OutOfMemoryError("simulated allocation failure")
+            x = torch.linspace(-1, 1, WIDTH)[None]
+            with ctx.use(*self.handles, phase="synthesize"):
+                y = self.module(x)
+            yield AudioChunk(torch.tanh(y[0]).numpy().astype(np.float32), 16000)
+"""
+
+LAYER_BYTES = 64 * 64 * 4 + 64 * 4
+MODEL_BYTES = 8 * LAYER_BYTES
+
+
+@pytest.fixture
+def memo(make_dist, unique):
+    engine_module, plugin_module = unique("memoengine"), unique("memoplugin")
+    make_dist(
+        "memo-engines",
+        {
+            engine_module: MEMO_ENGINE,
+            plugin_module: plugin_source(
+                f"id='memo', implementation='{engine_module}:MemoEngine', devices=['cpu'], "
+                "models=[ModelEntry('a'), ModelEntry('b')], capabilities=['synthesize']"
+            ),
+        },
+        {"memo": plugin_module},
+    )
+
+
+def _service(budget_bytes: int | None) -> RuntimeService:
+    settings = {} if budget_bytes is None else {"compute.simulate_vram_mb": budget_bytes / 2**20}
+    return RuntimeService(settings)
+
+
+def _audio(service: RuntimeService, model: str, **params) -> np.ndarray:
+    handle = service.loaded("memo", model)
+    chunks = list(handle.synthesize("x", EngineRequest(params=params)))
+    return np.concatenate([c.samples for c in chunks])
+
+
+def _model(service: RuntimeService, model: str) -> dict:
+    (row,) = [m for m in service.loaded_models() if m["model"] == model]
+    return row
+
+
+def test_loaded_models_show_where_each_component_is(memo):
+    service = _service(4 * MODEL_BYTES)
+    service.loaded("memo", "a")
+    row = _model(service, "a")
+    assert row["name"] == "memo/a@cpu"
+    assert row["resident_bytes"] == MODEL_BYTES
+    assert row["streamed_bytes"] == row["host_bytes"] == 0
+    assert [c["name"] for c in row["components"]] == ["memo/a:stack"]
+
+
+def test_a_model_that_does_not_fit_streams_and_computes_the_same_bits(memo):
+    reference = _audio(_service(None), "a")
+    service = _service(MODEL_BYTES // 2)
+    streamed = _audio(service, "a")
+    assert np.array_equal(streamed, reference)
+    row = _model(service, "a")
+    assert row["resident_bytes"] <= MODEL_BYTES // 2
+    assert row["resident_bytes"] + row["streamed_bytes"] + row["host_bytes"] == MODEL_BYTES
+    assert row["streamed_bytes"] > 0
+
+
+def test_an_idle_model_gives_memory_back_to_the_one_being_called(memo):
+    service = _service(MODEL_BYTES + MODEL_BYTES // 2)
+    reference_b = _audio(_service(None), "b")
+    _audio(service, "a")
+    assert np.array_equal(_audio(service, "b"), reference_b)
+    a, b = _model(service, "a"), _model(service, "b")
+    assert b["resident_bytes"] == MODEL_BYTES  # the called model is whole again
+    assert a["resident_bytes"] + b["resident_bytes"] <= MODEL_BYTES + MODEL_BYTES // 2
+    assert a["host_bytes"] > 0  # a is still loaded, its units wait in host memory
+
+
+def test_out_of_memory_in_a_call_releases_idle_components_but_keeps_them_loaded(memo):
+    service = _service(4 * MODEL_BYTES)
+    _audio(service, "a")
+    with pytest.raises(EngineError) as caught:
+        _audio(service, "b", mode="oom")
+    assert caught.value.code == "compute_unavailable"
+    assert caught.value.detail["reason"] == "out_of_memory"
+    assert "memo/a:stack" in caught.value.detail["released"]
+    assert "memo/b:stack" not in caught.value.detail["released"]  # the failing model stays
+    a = _model(service, "a")
+    assert a["resident_bytes"] == 0 and a["host_bytes"] == MODEL_BYTES
+    assert np.array_equal(_audio(service, "a"), _audio(_service(None), "a"))
+
+
+def test_handles_must_be_model_handles(memo):
+    service = _service(None)
+    with pytest.raises(EngineError, match=r"handles\[0\] is Sequential") as caught:
+        service.loaded("memo", "a", options={"not_a_handle": True})
+    assert caught.value.code == "engine_error"
+    assert service.loaded_models() == []
+
+
+def test_unloading_forgets_the_components(memo):
+    service = _service(4 * MODEL_BYTES)
+    service.loaded("memo", "a")
+    service.loaded("memo", "b")
+    assert service.unload("memo/a@cpu") == ["memo/a@cpu"]
+    assert [m["model"] for m in service.loaded_models()] == ["b"]
+    assert service.runtime.devices.memory("cpu")[0] == 4 * MODEL_BYTES - MODEL_BYTES
+
+
+def test_runtime_command_lists_bytes_and_unloads(memo, capsys):
+    service = _service(4 * MODEL_BYTES)
+    assert main(["runtime", "--load", "memo:a", "--load", "memo:b", "--json"], service) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"]: r["resident_bytes"] for r in rows} == {
+        "memo/a@cpu": MODEL_BYTES,
+        "memo/b@cpu": MODEL_BYTES,
+    }
+    assert main(["runtime", "--unload", "memo/a@cpu"], service) == 0
+    out = capsys.readouterr().out
+    assert "unloaded: memo/a@cpu" in out
+    assert "memo/b@cpu (float32): idle, 0.1 MiB resident" in out
+    assert main(["runtime", "--unload", "memo/zz@cpu"], service) == 2
+    assert "no loaded model or engine 'memo/zz@cpu'" in capsys.readouterr().err
+    assert main(["runtime", "--unload"], service) == 0
+    assert service.loaded_models() == []
+
+
+def test_chunks_are_audio(memo):
+    chunk = next(iter(_service(None).loaded("memo", "a").synthesize("x")))
+    assert isinstance(chunk, AudioChunk) and chunk.samples.dtype == np.float32

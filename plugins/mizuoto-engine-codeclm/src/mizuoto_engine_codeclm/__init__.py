@@ -1,0 +1,1 @@
+"""A codec-language-model TTS engine for Mizuoto, built only from mizuoto_runtime."""

@@ -60,13 +60,18 @@ T = TypeVar("T")
 
 
 class _Entry:
-    __slots__ = ("handle", "holders", "last_used", "owner", "scarce", "tick")
+    __slots__ = ("calls", "handle", "holders", "last_used", "owner", "scarce", "tick")
 
     def __init__(self, handle: ModelHandle, owner: str, scarce: bool) -> None:
         self.handle, self.owner = handle, owner
         self.scarce = scarce  # device memory is accounted (an accelerator or a simulated one)
         self.holders: dict[int, int] = {}  # thread id -> phases holding the handle
+        self.calls = 0  # calls holding it between their phases (``hold``)
         self.last_used, self.tick = time.time(), 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.holders) or self.calls > 0
 
 
 class ModelManager:
@@ -137,7 +142,7 @@ class ModelManager:
                     "resident_bytes": e.handle.loaded_bytes,
                     "streamed_bytes": e.handle.streamed_bytes,
                     "host_bytes": e.handle.host_bytes,
-                    "state": "busy" if e.holders else "idle",
+                    "state": "busy" if e.busy else "idle",
                     "last_used": e.last_used,
                 }
                 for e in self._entries.values()
@@ -153,7 +158,7 @@ class ModelManager:
             chosen = [
                 e
                 for e in self._entries.values()
-                if e.scarce and not e.holders and target in (None, e.owner, e.handle.name)
+                if e.scarce and not e.busy and target in (None, e.owner, e.handle.name)
             ]
             names = [e.handle.name for e in chosen if self._offload(e.handle)]
             for device in {e.handle.load_device for e in chosen}:
@@ -229,6 +234,27 @@ class ModelManager:
                 raise
         finally:
             self._release(entries)
+
+    @contextlib.contextmanager
+    def hold(self, *handles: ModelHandle) -> Iterator[None]:
+        """Keep ``handles`` in use for the block without placing them.
+
+        A call that spans several phases, such as a stream paused between chunks, holds its
+        handles so that no other request evicts them meanwhile; each phase still places them
+        (``use``/``run``), on whichever thread runs it.
+        """
+        with self._lock:
+            entries = [self._entry(handle) for handle in handles]
+            for entry in entries:
+                entry.calls += 1
+        try:
+            yield
+        finally:
+            now = time.time()
+            with self._lock:
+                for entry in entries:
+                    entry.calls -= 1
+                    entry.last_used, entry.tick = now, next(self._ticks)
 
     def run(
         self,
@@ -359,7 +385,7 @@ class ModelManager:
         idle = [
             e
             for e in self._entries.values()
-            if e.scarce and not e.holders and e.handle.load_device == device
+            if e.scarce and not e.busy and e.handle.load_device == device
             if e.handle not in keep
         ]
         parts = eviction_order([(e.tick, p) for e in idle for p in e.handle.parts])
@@ -441,13 +467,17 @@ class ModelManager:
         with self._lock:
             entries = []
             for handle in handles:
-                entry = self._entries.get(handle)
-                if entry is None:  # an engine used a handle the host did not register
-                    self.register([handle], owner=handle.name)
-                    entry = self._entries[handle]
+                entry = self._entry(handle)
                 entry.holders[thread] = entry.holders.get(thread, 0) + 1
                 entries.append(entry)
             return entries
+
+    def _entry(self, handle: ModelHandle) -> _Entry:
+        entry = self._entries.get(handle)
+        if entry is None:  # an engine used a handle the host did not register
+            self.register([handle], owner=handle.name)
+            entry = self._entries[handle]
+        return entry
 
     def _release(self, entries: Sequence[_Entry]) -> None:
         thread, now = threading.get_ident(), time.time()

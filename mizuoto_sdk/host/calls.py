@@ -8,6 +8,7 @@ context every 20 ms and cancels the call when its timeout passes.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -87,6 +88,9 @@ class Call:
     def __enter__(self) -> Call:
         self._started = time.perf_counter()
         self.handle.begin_call()
+        # Between its steps (a stream paused between chunks) the model stays in use.
+        self._held = contextlib.ExitStack()
+        self._held.enter_context(self._manager.hold(*self.handle.handles))
         self._watcher = threading.Thread(
             target=self._watch, name=f"mizuoto-watch-{self.handle.name}", daemon=True
         )
@@ -101,6 +105,7 @@ class Call:
         self.request.applied.update(self.ctx.applied)
         self.request.warnings.extend(self.ctx.warnings)
         self.request.timings.update(self.ctx.timings)
+        self._held.close()
         self.handle.end_call()
 
     def _watch(self) -> None:

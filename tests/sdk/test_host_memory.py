@@ -57,9 +57,10 @@ MEMO_ENGINE = """
             if params.get("mode") == "oom":
                 raise torch.OutOfMemoryError("simulated allocation failure")
             x = torch.linspace(-1, 1, WIDTH)[None]
-            with ctx.use(*self.handles, phase="synthesize"):
-                y = self.module(x)
-            yield AudioChunk(torch.tanh(y[0]).numpy().astype(np.float32), 16000)
+            for _ in range(int(params.get("chunks", 1))):
+                with ctx.use(*self.handles, phase="synthesize"):
+                    y = self.module(x)
+                yield AudioChunk(torch.tanh(y[0]).numpy().astype(np.float32), 16000)
 """
 
 LAYER_BYTES = 64 * 64 * 4 + 64 * 4
@@ -128,6 +129,20 @@ def test_an_idle_model_gives_memory_back_to_the_one_being_called(memo):
     assert b["resident_bytes"] == MODEL_BYTES  # the called model is whole again
     assert a["resident_bytes"] + b["resident_bytes"] <= MODEL_BYTES + MODEL_BYTES // 2
     assert a["host_bytes"] > 0  # a is still loaded, its units wait in host memory
+
+
+def test_a_paused_stream_keeps_its_model_in_place(memo):
+    service = _service(MODEL_BYTES + MODEL_BYTES // 2)
+    reference_b = _audio(_service(None), "b")
+    paused = service.loaded("memo", "a").synthesize("x", EngineRequest(params={"chunks": 2}))
+    next(paused)
+    assert np.array_equal(_audio(service, "b"), reference_b)
+    a, b = _model(service, "a"), _model(service, "b")
+    assert a["state"] == "busy" and a["resident_bytes"] == MODEL_BYTES
+    assert 0 < b["resident_bytes"] <= MODEL_BYTES // 2 and b["streamed_bytes"] > 0
+    paused.close()
+    assert np.array_equal(_audio(service, "b"), reference_b)
+    assert _model(service, "b")["resident_bytes"] == MODEL_BYTES
 
 
 def test_out_of_memory_in_a_call_releases_idle_components_but_keeps_them_loaded(memo):

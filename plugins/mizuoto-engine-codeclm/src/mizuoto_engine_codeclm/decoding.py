@@ -34,6 +34,8 @@ def _graph_steps(decoder: QwenDecoder, cache: object, ctx: RequestContext) -> De
         return None
     if decoder.device.type != "cuda":
         why = f"CUDA graphs need a CUDA device; ran eagerly on {decoder.device.type}"
+    elif getattr(decoder, "unit_gate", None) is not None:
+        why = "some decoder layers stream from host memory (their weights move); ran eagerly"
     elif not isinstance(cache, BufferCache):
         why = "CUDA graphs need compute.kv_cache=static (a fixed-address cache); ran eagerly"
     else:

@@ -11,6 +11,10 @@ freed), releases idle units on the failing device and re-runs exactly with fewer
 down a bounded ladder that ends at full streaming; only then does it fail with
 ``ComputeUnavailable`` (``detail.reason = "out_of_memory"``). Handles in use are never evicted.
 
+This module keeps the registry, the phases and the out-of-memory ladder; what one placement
+moves (room on the device, which idle units give memory back, which units stay resident) is
+``placement.Placer``'s job, called under the manager's lock.
+
 Where memory is not scarce (a CPU that does not simulate a GPU) nothing moves and nothing is
 counted: ``use`` and ``run`` only mark handles busy.
 
@@ -33,20 +37,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mizuoto_runtime.handle import HOST, RESIDENT, ModelHandle
+from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.placement import Entry, Placer
 from mizuoto_runtime.policy import (
     Calibration,
-    Level,
     PeakMeter,
     Plan,
     SettingsLike,
     VramPolicy,
-    choose_resident,
-    eviction_order,
     failing_device,
-    unit_order,
 )
-from mizuoto_runtime.stream import Streamer, stage_bytes
+from mizuoto_runtime.stream import Streamer
 from mizuoto_sdk.errors import ComputeUnavailable
 
 if TYPE_CHECKING:
@@ -57,21 +58,6 @@ __all__ = ["ModelManager"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class _Entry:
-    __slots__ = ("calls", "handle", "holders", "last_used", "owner", "scarce", "tick")
-
-    def __init__(self, handle: ModelHandle, owner: str, scarce: bool) -> None:
-        self.handle, self.owner = handle, owner
-        self.scarce = scarce  # device memory is accounted (an accelerator or a simulated one)
-        self.holders: dict[int, int] = {}  # thread id -> phases holding the handle
-        self.calls = 0  # calls holding it between their phases (``hold``)
-        self.last_used, self.tick = time.time(), 0
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.holders) or self.calls > 0
 
 
 class ModelManager:
@@ -86,12 +72,13 @@ class ModelManager:
         self.settings = settings
         self.calibration = Calibration()
         self.trace: deque[dict[str, Any]] = deque(maxlen=256)
-        self._entries: dict[ModelHandle, _Entry] = {}
+        self._entries: dict[ModelHandle, Entry] = {}
         self._policies: dict[str, VramPolicy] = {}
         self._streamers: dict[str, Streamer] = {}
         self._meter = PeakMeter(devices, self.calibration)
         self._lock = threading.RLock()
         self._ticks = itertools.count(1)
+        self._placer = Placer(devices, self.calibration, self._entries, self.policy, self.streamer)
 
     # -- registry --------------------------------------------------------------------------
 
@@ -107,13 +94,13 @@ class ModelManager:
                     self._entries[handle].owner = owner
                     continue
                 device = handle.load_device
-                entry = self._entries[handle] = _Entry(
+                entry = self._entries[handle] = Entry(
                     handle, owner, self.devices.is_accelerator(device)
                 )
                 if entry.scarce:
                     self._policies[device] = self._derive_policy(device)
                 if entry.scarce and self.devices.simulated(device):
-                    self._admit(handle)
+                    self._placer.admit(handle)
                     handle.count_with(functools.partial(self.devices.account, device))
 
     def forget(self, owner: str) -> list[str]:
@@ -160,7 +147,7 @@ class ModelManager:
                 for e in self._entries.values()
                 if e.scarce and not e.busy and target in (None, e.owner, e.handle.name)
             ]
-            names = [e.handle.name for e in chosen if self._offload(e.handle)]
+            names = [e.handle.name for e in chosen if self._placer.offload(e.handle)]
             for device in {e.handle.load_device for e in chosen}:
                 self.streamer(device).trim()
                 self.devices.empty_cache(device)
@@ -170,7 +157,7 @@ class ModelManager:
         """Idle handles on ``device``, all but ``keep``, give their device memory back; names."""
         device = str(device)
         with self._lock:
-            names = self._release_parts(device, None, keep)
+            names = self._placer.release(device, None, keep)
             self.streamer(device).trim()
         self.devices.empty_cache(device)
         return names
@@ -299,11 +286,11 @@ class ModelManager:
         finally:
             self._release(entries)
 
-    # -- placement -------------------------------------------------------------------------
+    # -- attempts and failures -------------------------------------------------------------
 
     def _attempts(
         self,
-        entries: list[_Entry],
+        entries: list[Entry],
         plan: Plan,
         context: RequestContext | None,
         body: Callable[[Plan], T] | None,
@@ -312,7 +299,8 @@ class ModelManager:
         state = context.snapshot_random() if context is not None else None
         for attempt in itertools.count(1):
             try:
-                self._place(entries, plan)
+                with self._lock:
+                    self._placer.place(entries, plan)
                 result = None if body is None else body(plan)
                 if attempt > 1:
                     self._note("done", phase=plan.phase, attempt=attempt, placement=plan.summary())
@@ -328,98 +316,7 @@ class ModelManager:
                 context.restore_random(state)
         raise AssertionError("unreachable")
 
-    def _place(self, entries: list[_Entry], plan: Plan) -> None:
-        thread = threading.get_ident()
-        with self._lock:
-            by_device: dict[str, list[ModelHandle]] = {}
-            for entry in entries:
-                # A handle another thread is running keeps its placement: moving its tensors
-                # under a running forward would break that forward.
-                if entry.scarce and set(entry.holders) == {thread}:
-                    handles = by_device.setdefault(entry.handle.load_device, [])
-                    if entry.handle not in handles:
-                        handles.append(entry.handle)
-            for device, handles in by_device.items():
-                self._place_device(device, handles, plan)
-
-    def _place_device(self, device: str, handles: list[ModelHandle], plan: Plan) -> None:
-        policy, streamer = self.policy(device), self.streamer(device)
-        key = Calibration.key([h.name for h in handles], device, plan.phase, plan.shape)
-        weights = sum(h.size_bytes for h in handles)
-        need = policy.working(plan.working_bytes, self.calibration.get(key), weights)
-        limit, slots = plan.cap.get(device, (None, policy.in_flight))
-        units = unit_order(handles)
-        sizes = [p.nbytes for p in units]
-        slot_bytes = max((stage_bytes(p) for p in units), default=0)
-        plan.working[device] = (need, key)
-        missing_base = sum(h.base.nbytes for h in handles if h.base.state != RESIDENT)
-
-        def room() -> int:
-            free, _ = self.devices.memory(device)
-            ours = sum(p.nbytes for p in units if p.state == RESIDENT) + streamer.staging_bytes
-            return free + ours - policy.headroom - need - missing_base
-
-        available = room()
-        if available < sum(sizes):
-            self._release_parts(device, sum(sizes) - available, keep=handles)
-            available = room()
-        if limit is not None:
-            available = min(available, limit)
-        chosen, used_slots = choose_resident(sizes, available, slot_bytes, slots)
-        placed = sum(sizes[i] for i in chosen) + used_slots * slot_bytes
-        streamed = len(units) - len(chosen)
-        plan.levels[device] = Level(placed, slots, slot_bytes, len(chosen), streamed)
-        kept = {id(units[i]) for i in chosen}
-        streamer.apply(
-            handles,
-            [units[i] for i in chosen],
-            [p for p in units if id(p) not in kept],
-            used_slots,
-            max(slot_bytes, streamer.slot_bytes),
-        )
-
-    def _release_parts(
-        self, device: str, need: int | None, keep: Sequence[ModelHandle] = ()
-    ) -> list[str]:
-        """Idle handles on ``device`` give back resident parts until ``need`` bytes (all: None)."""
-        idle = [
-            e
-            for e in self._entries.values()
-            if e.scarce and not e.busy and e.handle.load_device == device
-            if e.handle not in keep
-        ]
-        parts = eviction_order([(e.tick, p) for e in idle for p in e.handle.parts])
-        freed, names = 0, []
-        for part in parts:
-            if need is not None and freed >= need:
-                break
-            if part.state == RESIDENT:
-                part.handle.move(part, HOST)
-                freed += part.nbytes
-                names.append(part.handle.name)
-        if need is None:  # streamed parts too, so the staging slots can go
-            names += [e.handle.name for e in idle if self._offload(e.handle)]
-        return list(dict.fromkeys(names))
-
-    def _offload(self, handle: ModelHandle) -> bool:
-        """Every part of ``handle`` to host memory; whether it had any on the device."""
-        had = handle.loaded_bytes > 0
-        for part in handle.parts:
-            handle.move(part, HOST)
-        self.streamer(handle.load_device).detach(handle)
-        return had
-
-    def _admit(self, handle: ModelHandle) -> None:
-        """Count a new handle resident on a simulated device, making room as placement would."""
-        device = handle.load_device
-        free = self.devices.memory(device)[0]
-        if handle.loaded_bytes > free:
-            self._release_parts(device, handle.loaded_bytes - free, keep=[handle])
-        self.devices.account(device, handle.fit_into(self.devices.memory(device)[0]))
-
-    # -- failures --------------------------------------------------------------------------
-
-    def _next_level(self, entries: list[_Entry], plan: Plan, error: str, attempt: int) -> None:
+    def _next_level(self, entries: list[Entry], plan: Plan, error: str, attempt: int) -> None:
         """Release idle memory on the failing device and step down the ladder, or fail."""
         device = failing_device(error, list(plan.levels) or self._devices_of(entries))
         policy, phase = self.policy(device), plan.phase
@@ -459,10 +356,10 @@ class ModelManager:
         return VramPolicy.from_settings(self.settings, total=total, simulated=simulated)
 
     @staticmethod
-    def _devices_of(entries: Sequence[_Entry]) -> list[str]:
+    def _devices_of(entries: Sequence[Entry]) -> list[str]:
         return sorted({e.handle.load_device for e in entries if e.scarce})
 
-    def _hold(self, handles: Sequence[ModelHandle]) -> list[_Entry]:
+    def _hold(self, handles: Sequence[ModelHandle]) -> list[Entry]:
         thread = threading.get_ident()
         with self._lock:
             entries = []
@@ -472,14 +369,14 @@ class ModelManager:
                 entries.append(entry)
             return entries
 
-    def _entry(self, handle: ModelHandle) -> _Entry:
+    def _entry(self, handle: ModelHandle) -> Entry:
         entry = self._entries.get(handle)
         if entry is None:  # an engine used a handle the host did not register
             self.register([handle], owner=handle.name)
             entry = self._entries[handle]
         return entry
 
-    def _release(self, entries: Sequence[_Entry]) -> None:
+    def _release(self, entries: Sequence[Entry]) -> None:
         thread, now = threading.get_ident(), time.time()
         with self._lock:
             for entry in entries:

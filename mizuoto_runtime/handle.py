@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["HOST", "RESIDENT", "STREAMED", "ModelHandle", "Part", "PartState"]
+__all__ = ["HOST", "RESIDENT", "STREAMED", "ModelHandle", "Part", "PartState", "indexed_device"]
 
 PartState = Literal["resident", "streamed", "host"]
 RESIDENT: PartState = "resident"
@@ -68,7 +68,8 @@ class ModelHandle:
 
     ``name`` is what the loaded-models list shows (``"codeclm/tiny:decoder"``); ``kind`` is
     ``"sequence"`` for autoregressive models (their units run once per generated token, so
-    streaming them costs the most and they are evicted last) and ``"oneshot"`` otherwise.
+    streaming them costs the most: of handles last used together, they give memory back last)
+    and ``"oneshot"`` otherwise.
     The module may already be on ``load_device`` (fully resident, the usual state right after
     ``Engine.load``) or on ``offload_device`` (the manager places it on first use). ``units``
     overrides the discovered streamable blocks; ``units=()`` makes the whole module one part.
@@ -88,12 +89,11 @@ class ModelHandle:
             raise ValueError(f"name: expected a non-empty string, got {name!r}")
         if kind not in _KINDS:
             raise ValueError(f"kind: expected 'sequence' or 'oneshot', got {kind!r}")
-        import torch
 
         self.module = module
         self.name = name
-        self.load_device = _indexed(torch.device(load_device))
-        self.offload_device = _indexed(torch.device(offload_device))
+        self.load_device = indexed_device(load_device)
+        self.offload_device = indexed_device(offload_device)
         self.kind: Literal["sequence", "oneshot"] = kind
         self.units: tuple[nn.Module, ...] = tuple(
             discover_units(module) if units is None else units
@@ -217,12 +217,13 @@ class ModelHandle:
         )
 
 
-def _indexed(device: torch.device) -> str:
+def indexed_device(device: str | torch.device) -> str:
     """``"cuda"`` as ``"cuda:<current>"``, the way tensors on it name their device."""
-    if device.type in ("cpu", "meta") or device.index is not None:
-        return str(device)
     import torch
 
+    device = torch.device(device)
+    if device.type in ("cpu", "meta") or device.index is not None:
+        return str(device)
     backend = getattr(torch, device.type, None)
     index = backend.current_device() if hasattr(backend, "current_device") else 0
     return f"{device.type}:{index}"

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.handle import ModelHandle, indexed_device
 from mizuoto_runtime.placement import Entry, Placer
 from mizuoto_runtime.policy import (
     Calibration,
@@ -154,8 +154,11 @@ class ModelManager:
             return names
 
     def release_idle(self, device: str, keep: Sequence[ModelHandle] = ()) -> list[str]:
-        """Idle handles on ``device``, all but ``keep``, give their device memory back; names."""
-        device = str(device)
+        """Idle handles on ``device``, all but ``keep``, give their device memory back; names.
+
+        ``"cuda"`` means the current CUDA device, as it does for tensors.
+        """
+        device = indexed_device(device)
         with self._lock:
             names = self._placer.release(device, None, keep)
             self.streamer(device).trim()
@@ -371,10 +374,17 @@ class ModelManager:
 
     def _entry(self, handle: ModelHandle) -> Entry:
         entry = self._entries.get(handle)
-        if entry is None:  # an engine used a handle the host did not register
-            self.register([handle], owner=handle.name)
-            entry = self._entries[handle]
-        return entry
+        if entry is not None:
+            return entry
+        if not isinstance(handle, ModelHandle):  # a module the host wrapped in a handle
+            for entry in self._entries.values():
+                if entry.handle.module is handle:
+                    return entry
+            raise TypeError(
+                f"{type(handle).__name__} is not a ModelHandle nor a module the host manages"
+            )
+        self.register([handle], owner=handle.name)  # a handle the host did not register
+        return self._entries[handle]
 
     def _release(self, entries: Sequence[Entry]) -> None:
         thread, now = threading.get_ident(), time.time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -48,6 +49,7 @@ class LocalHandle:
         self.loaded = loaded
         self.key = key
         self.name = f"{engine.engine_id}/{spec.model_id}@{spec.device}"
+        self.model_handles: tuple[ModelHandle, ...] = _model_handles(loaded, engine, spec)
         self.description: dict[str, object] = dict(loaded.describe())
         self.last_used = time.monotonic()
         self.stale = False
@@ -59,8 +61,9 @@ class LocalHandle:
         return self._active > 0
 
     @property
-    def handles(self) -> tuple[object, ...]:
-        return () if self.loaded is None else tuple(self.loaded.handles)
+    def handles(self) -> tuple[ModelHandle, ...]:
+        """The model's components as the memory manager tracks them (see ``_model_handles``)."""
+        return () if self.loaded is None else self.model_handles
 
     def begin_call(self) -> None:
         with self._lock:
@@ -262,7 +265,7 @@ class LocalEngine:
                         ", expected a mizuoto_sdk.LoadedEngine"
                     )
                 handle = LocalHandle(self, spec, loaded, key)
-                runtime.manager.register(_model_handles(loaded), owner=handle.name)
+                runtime.manager.register(handle.model_handles, owner=handle.name)
             except Exception as error:
                 mapped = map_error(error, self)
                 if mapped is error:
@@ -302,17 +305,35 @@ class LocalEngine:
             raise map_error(error, self) from None
 
 
-def _model_handles(loaded: LoadedEngine) -> tuple[ModelHandle, ...]:
+def _model_handles(
+    loaded: LoadedEngine, engine: LocalEngine, spec: LoadSpec
+) -> tuple[ModelHandle, ...]:
+    """``loaded.handles`` as ModelHandles: a plain nn.Module is wrapped in one.
+
+    A wrapped module keeps the device its weights are on (its load device), named
+    ``<engine>/<model>:<class name>``; anything else in ``handles`` is an engine bug.
+    """
+    from torch import nn
+
     from mizuoto_runtime.handle import ModelHandle
 
-    handles = tuple(loaded.handles)
-    for index, item in enumerate(handles):
-        if not isinstance(item, ModelHandle):
+    handles: list[ModelHandle] = []
+    for index, item in enumerate(tuple(loaded.handles)):
+        if isinstance(item, ModelHandle):
+            handles.append(item)
+            continue
+        if not isinstance(item, nn.Module):
             raise TypeError(
                 f"{type(loaded).__name__}.handles[{index}] is {type(item).__name__}"
-                ", expected a mizuoto_runtime.handle.ModelHandle"
+                ", expected a mizuoto_runtime.handle.ModelHandle or a torch.nn.Module"
             )
-    return handles
+        name = f"{engine.engine_id}/{spec.model_id}:{type(item).__name__}"
+        if any(h.name == name for h in handles):
+            name = f"{name}.{index}"
+        tensor = next(itertools.chain(item.parameters(), item.buffers()), None)
+        device = spec.device if tensor is None else str(tensor.device)
+        handles.append(ModelHandle(item, name=name, load_device=device))
+    return tuple(handles)
 
 
 def _model_dir(entry: ModelEntry, engine_id: str) -> Path | None:

@@ -107,7 +107,8 @@ COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "compute.compile": _boolean,
     "compute.cuda_graphs": _boolean,
     "compute.fast": _boolean,
-    # Memory management (mizuoto_runtime.policy): read at each model load.
+    # Memory management (mizuoto_runtime.policy): simulate_vram_mb when the runtime is created
+    # (the first load), the others each time a model registers on a device.
     "compute.simulate_vram_mb": _positive_number_or_none,
     "compute.vram_headroom_mb": _megabytes_or_none,
     "compute.stream_in_flight": _positive_int_or_none,

@@ -37,6 +37,8 @@ MEMO_ENGINE = """
             generator = torch.Generator().manual_seed(sum(map(ord, spec.model_id)))
             ops.init_random(torch_module, generator)
             if spec.options.get("not_a_handle"):
+                return Loaded(torch_module, ("weights",))
+            if spec.options.get("plain_module"):
                 return Loaded(torch_module, (torch_module,))
             handle = ModelHandle(
                 torch_module,
@@ -159,9 +161,20 @@ def test_out_of_memory_in_a_call_releases_idle_components_but_keeps_them_loaded(
     assert np.array_equal(_audio(service, "a"), _audio(_service(None), "a"))
 
 
-def test_handles_must_be_model_handles(memo):
+def test_a_plain_module_in_handles_is_managed_as_one(memo):
+    service = _service(MODEL_BYTES // 2)
+    reference = _audio(_service(None), "a")
+    handle = service.loaded("memo", "a", options={"plain_module": True})
+    chunks = list(handle.synthesize("x"))
+    assert np.array_equal(np.concatenate([c.samples for c in chunks]), reference)
+    (component,) = _model(service, "a")["components"]
+    assert component["name"] == "memo/a:Sequential"
+    assert 0 < component["streamed_bytes"] and component["resident_bytes"] <= MODEL_BYTES // 2
+
+
+def test_handles_must_be_model_handles_or_modules(memo):
     service = _service(None)
-    with pytest.raises(EngineError, match=r"handles\[0\] is Sequential") as caught:
+    with pytest.raises(EngineError, match=r"handles\[0\] is str") as caught:
         service.loaded("memo", "a", options={"not_a_handle": True})
     assert caught.value.code == "engine_error"
     assert service.loaded_models() == []

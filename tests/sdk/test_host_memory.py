@@ -169,7 +169,7 @@ def test_a_plain_module_in_handles_is_managed_as_one(memo):
     assert np.array_equal(np.concatenate([c.samples for c in chunks]), reference)
     (component,) = _model(service, "a")["components"]
     assert component["name"] == "memo/a:Sequential"
-    assert 0 < component["streamed_bytes"] and component["resident_bytes"] <= MODEL_BYTES // 2
+    assert component["streamed_bytes"] > 0 and component["resident_bytes"] <= MODEL_BYTES // 2
 
 
 def test_handles_must_be_model_handles_or_modules(memo):

@@ -24,32 +24,23 @@ def _positive_int_or_none(key: str, value: object) -> int | None:
     return value
 
 
-def _positive_number_or_none(key: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidRequest(f"{key}: expected a number > 0 or None, got {value!r}", {"field": key})
-    return value
+def _number_or_none(
+    what: str, minimum: float, *, exclusive: bool = False
+) -> Callable[[str, object], float | None]:
+    """A check for None or a real number >= ``minimum`` (> with ``exclusive``)."""
+    bound = f"{'>' if exclusive else '>='} {minimum:g}"
 
+    def check(key: str, value: object) -> float | None:
+        if value is None:
+            return None
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not (value > minimum if exclusive else value >= minimum):
+            raise InvalidRequest(
+                f"{key}: expected {what} {bound} or None, got {value!r}", {"field": key}
+            )
+        return value
 
-def _factor_or_none(key: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:
-        raise InvalidRequest(
-            f"{key}: expected a factor >= 1 or None, got {value!r}", {"field": key}
-        )
-    return value
-
-
-def _megabytes_or_none(key: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidRequest(
-            f"{key}: expected a number of MiB >= 0 or None, got {value!r}", {"field": key}
-        )
-    return value
+    return check
 
 
 def _device(key: str, value: object) -> str:
@@ -109,10 +100,10 @@ COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "compute.fast": _boolean,
     # Memory management (mizuoto_runtime.policy): simulate_vram_mb when the runtime is created
     # (the first load), the others each time a model registers on a device.
-    "compute.simulate_vram_mb": _positive_number_or_none,
-    "compute.vram_headroom_mb": _megabytes_or_none,
+    "compute.simulate_vram_mb": _number_or_none("a number of MiB", 0, exclusive=True),
+    "compute.vram_headroom_mb": _number_or_none("a number of MiB", 0),
     "compute.stream_in_flight": _positive_int_or_none,
-    "compute.working_margin": _factor_or_none,
+    "compute.working_margin": _number_or_none("a factor", 1),
 }
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,

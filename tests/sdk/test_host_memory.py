@@ -210,3 +210,22 @@ def test_runtime_command_lists_bytes_and_unloads(memo, capsys):
 def test_chunks_are_audio(memo):
     chunk = next(iter(_service(None).loaded("memo", "a").synthesize("x")))
     assert isinstance(chunk, AudioChunk) and chunk.samples.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("compute.simulate_vram_mb", 0, "a number of MiB > 0"),
+        ("compute.simulate_vram_mb", "8", "a number of MiB > 0"),
+        ("compute.vram_headroom_mb", -1, "a number of MiB >= 0"),
+        ("compute.vram_headroom_mb", True, "a number of MiB >= 0"),
+        ("compute.working_margin", 0.5, "a factor >= 1"),
+        ("compute.stream_in_flight", 0, "an integer >= 1"),
+    ],
+)
+def test_memory_settings_are_checked_and_name_the_key(key, value, expected):
+    with pytest.raises(EngineError) as caught:
+        RuntimeService({key: value})
+    assert caught.value.code == "invalid_request"
+    assert caught.value.detail["field"] == key
+    assert f"{key}: expected {expected}" in str(caught.value)

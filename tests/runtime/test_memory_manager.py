@@ -309,3 +309,38 @@ def test_a_simulated_device_fails_an_allocation_over_its_total_and_keeps_a_peak(
     assert devices.peak("cpu") == 600
     devices.reset_peak("cpu")
     assert devices.peak("cpu") == 0
+
+
+def test_a_held_handle_is_busy_between_phases_and_placed_from_any_thread():
+    import threading
+
+    rt = simulated(3 * FULL)
+    a, b = handle("a"), handle("b", seed=1)
+    rt.manager.register([a, b], owner="x@cpu")
+    expected = a.module(X)
+    with rt.manager.hold(a):
+        assert row(rt, "a")["state"] == "busy"
+        assert rt.manager.release_idle("cpu") == ["b"]
+        assert rt.manager.release_after_oom() == []
+        assert a.loaded_bytes == FULL
+        outputs = []
+        worker = threading.Thread(target=lambda: outputs.append(run(rt, a)))
+        worker.start()
+        worker.join()
+        assert torch.equal(outputs[0], expected)
+    assert row(rt, "a")["state"] == "idle"
+    assert rt.manager.release_idle("cpu") == ["a"]
+
+
+def test_a_module_is_found_by_its_handle_and_a_stranger_is_refused():
+    rt = simulated(3 * FULL)
+    a = handle("a")
+    rt.manager.register([a], owner="a@cpu")
+    with rt.manager.use(a.module):
+        assert row(rt, "a")["state"] == "busy"
+    stranger = nn.Linear(2, 2)
+    with (
+        pytest.raises(TypeError, match="not a ModelHandle nor a module the host manages"),
+        rt.manager.hold(stranger),
+    ):
+        pass

@@ -202,10 +202,21 @@ class DecoderSteps:
         )
         if decoder.config.rope.rope_type == "dynamic" and self.graphs.reason == f"{GRAPHS} is off":
             self.graphs.reason = "dynamic NTK RoPE decides its frequencies on the host each step"
+        if self.graphs.active and getattr(decoder, "unit_gate", None) is not None:
+            self.graphs.reason = "some layers stream from host memory; ran eagerly"
+        self._tensors = [t for t in _leaves(weights) if t is not None]
+        self._addresses = self._where()
+
+    def _where(self) -> tuple[int, ...]:
+        return tuple(t.data_ptr() for t in self._tensors)
 
     def __call__(
         self, tokens: Tensor, positions: Tensor, padding: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None]:
+        if self.graphs.active and self._where() != self._addresses:
+            # A graph reads the addresses it saw at capture; the memory manager moved the
+            # weights since (offloaded or streamed them), so replaying would read stale memory.
+            self.graphs.reason = "the weights moved since the graph was captured; ran eagerly"
         self.cache.begin(1)
         inputs = (tokens, positions) if padding is None else (tokens, positions, padding)
         out = self.graphs(*inputs)
@@ -213,6 +224,13 @@ class DecoderSteps:
         if self.samples:
             return out
         return out, None
+
+
+def _leaves(value: object) -> list[Tensor | None]:
+    """The tensors of a (nested) weights tuple, in order."""
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]  # type: ignore[list-item]
 
 
 class LayerSteps:

@@ -159,3 +159,38 @@ def test_layer_steps_replay_equals_eager():
     assert torch.equal(first, expected) and torch.equal(again, expected)
     for ours, theirs in zip(graph_cache.keys, eager_cache.keys, strict=True):
         assert torch.equal(ours, theirs)
+
+
+@cuda
+def test_weights_moved_after_capture_are_not_replayed():
+    model, ids = decoder("cuda"), prompt("cuda")
+    caches = [model.new_cache("static", batch=2, max_length=16) for _ in range(2)]
+    steps = DecoderSteps(model, caches[0])
+    tokens = ids[:, -1:]
+    position = torch.full((2, 1), ids.shape[1], dtype=torch.long, device="cuda")
+    with torch.inference_mode():
+        for cache in caches:
+            model(ids, cache)
+        steps(tokens, position)
+        model(tokens, caches[1], positions=position)
+    assert steps.graphs.active
+    for parameter in model.parameters():  # what the memory manager does when it re-places
+        parameter.data = parameter.data.clone()
+    with torch.inference_mode():
+        moved, _ = steps(tokens, position + 1)
+        eager = model(tokens, caches[1], positions=position + 1, logits_to_keep=1)
+    assert "moved" in steps.graphs.reason
+    assert torch.equal(moved, eager[:, -1].float())
+
+
+def test_a_step_whose_weights_moved_is_never_replayed():
+    model, ids = decoder(), prompt()
+    steps = DecoderSteps(model, model.new_cache("static", batch=2, max_length=16))
+    steps.graphs.reason = None  # as on CUDA: the step would be captured and replayed
+    for parameter in model.parameters():  # what the memory manager does when it re-places
+        parameter.data = parameter.data.clone()
+    position = torch.full((2, 1), 0, dtype=torch.long)
+    with torch.inference_mode():
+        scores, _ = steps(ids[:, :1], position)
+    assert steps.graphs.reason == "the weights moved since the graph was captured; ran eagerly"
+    assert scores.shape == (2, 64)

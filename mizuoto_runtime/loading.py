@@ -1,4 +1,5 @@
-"""Reading checkpoints, renaming their keys, and putting them into a module without copying.
+"""Reading checkpoints (``checkpoint``), renaming their keys, and putting them into a module
+without copying.
 
 ``load_state_dict`` reads safetensors memory-mapped (a tensor's bytes are read from the page cache
 when first touched) and pickles with ``weights_only=True`` (loading never runs code), and turns
@@ -11,18 +12,14 @@ file stays mapped and loading a model costs about as much as opening its file.
 from __future__ import annotations
 
 import fnmatch
-import json
-import pickle
-import zipfile
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from os import PathLike
-from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
+
+from mizuoto_runtime.checkpoint import CheckpointError, load_state_dict, names_preview
 
 __all__ = [
     "CheckpointError",
@@ -34,25 +31,6 @@ __all__ = [
     "replace_prefixes",
     "strip_prefix",
 ]
-
-PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-
-# Folder layouts in preference order: the first name, or else the only match of the patterns.
-_FOLDER_LAYOUTS = (
-    ("model.safetensors.index.json", "*.safetensors.index.json"),
-    ("model.safetensors", "*.safetensors"),
-    ("pytorch_model.bin.index.json", "*.bin.index.json"),
-    ("pytorch_model.bin", "*.bin", "*.pt", "*.pth", "*.ckpt"),
-)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint could not be read; the message names the path and what was expected there."""
-
-    def __init__(self, path: str | PathLike[str], problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = Path(path)
-        self.problem = problem
 
 
 class LoadError(ValueError):
@@ -79,182 +57,6 @@ class LoadResult:
     unexpected: tuple[str, ...]
 
 
-def load_state_dict(
-    path: str | PathLike[str], *, device: str | torch.device = "cpu", member: str | None = None
-) -> dict[str, Tensor]:
-    """Read the tensors of a checkpoint file or folder, onto ``device``.
-
-    ``path`` is a ``.safetensors`` file, a pickle (``.pt``, ``.pth``, ``.bin``, ``.ckpt``) or a
-    folder in transformers' layout: ``model.safetensors.index.json`` naming shards in
-    ``weight_map``, or a single ``model.safetensors`` (then the ``.bin`` equivalents; any single
-    ``*.safetensors`` also does). Safetensors on the CPU are memory-mapped, not read. Pickles are
-    read with ``torch.load(weights_only=True)``, memory-mapped when saved in torch's zip format; a
-    pickle holding anything but tensors and plain containers is refused. ``member`` picks the
-    state dict out of a pickle that nests it (``{"generator": {...}, "optimizer": ...}``).
-    With an index, the tensors are those its ``weight_map`` names, in its order.
-    """
-    path = Path(path)
-    device = torch.device(device)
-    if path.is_dir():
-        path = _resolve_folder(path)
-    elif not path.exists():
-        raise CheckpointError(
-            path, "no such file or folder; expected a checkpoint file or a folder holding one"
-        )
-    if member is not None and path.suffix.lower() not in PICKLE_SUFFIXES:
-        raise CheckpointError(
-            path, f"member={member!r} applies to pickle checkpoints only; use strip_prefix"
-        )
-    if path.name.endswith(".index.json"):
-        return _load_index(path, device)
-    return _load_file(path, device, member)
-
-
-def _resolve_folder(folder: Path) -> Path:
-    for preferred, *patterns in _FOLDER_LAYOUTS:
-        if (folder / preferred).is_file():
-            return folder / preferred
-        is_index = preferred.endswith(".index.json")
-        found = sorted(
-            {
-                p
-                for pattern in patterns
-                for p in folder.glob(pattern)
-                if p.is_file() and p.name.endswith(".index.json") == is_index
-            }
-        )
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            kind = "index files" if is_index else "checkpoint files and no index"
-            raise CheckpointError(
-                folder, f"ambiguous: several {kind}: {_names([p.name for p in found])}"
-            )
-    present = _names(sorted(p.name for p in folder.iterdir())) or "nothing"
-    raise CheckpointError(
-        folder,
-        "no checkpoint found; expected model.safetensors.index.json, model.safetensors, "
-        f"pytorch_model.bin(.index.json) or a single .safetensors/.pt file; it holds {present}",
-    )
-
-
-def _load_file(path: Path, device: torch.device, member: str | None = None) -> dict[str, Tensor]:
-    suffix = path.suffix.lower()
-    if suffix == ".safetensors":
-        return _load_safetensors(path, device)
-    if suffix in PICKLE_SUFFIXES:
-        return _load_pickle(path, device, member)
-    raise CheckpointError(
-        path,
-        f"unknown checkpoint format {suffix or '(no suffix)'!r}; expected .safetensors, "
-        f"{', '.join(PICKLE_SUFFIXES)}, or a folder with model.safetensors(.index.json)",
-    )
-
-
-def _load_safetensors(
-    path: Path, device: torch.device, keys: list[str] | None = None
-) -> dict[str, Tensor]:
-    try:
-        with safe_open(str(path), framework="pt", device=str(device)) as file:
-            available = set(file.keys())
-            lacking = [k for k in keys or () if k not in available]
-            if lacking:
-                raise CheckpointError(
-                    path, f"the index places {_names(lacking)} in this shard, which lacks them"
-                )
-            return {k: file.get_tensor(k) for k in (keys if keys is not None else file.keys())}
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(path, f"not a readable safetensors file ({exc})") from exc
-
-
-def _load_pickle(path: Path, device: torch.device, member: str | None) -> dict[str, Tensor]:
-    # Only torch's zip format can be mapped; files from torch < 1.6 are read whole.
-    mmap = zipfile.is_zipfile(path)
-    try:
-        loaded = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as exc:
-        reason = str(exc).partition("WeightsUnpickler error:")[2].strip().split("\n")[0]
-        if "Unsupported global" in reason:
-            raise CheckpointError(
-                path,
-                "refused: the pickle holds Python objects besides tensors and plain containers, "
-                f"and is read with weights_only=True so loading it cannot run code ({reason}); "
-                "convert it to safetensors where you trust its source",
-            ) from exc
-        raise CheckpointError(path, f"not a readable torch checkpoint ({reason or exc})") from exc
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(
-            path, f"not a readable torch checkpoint ({type(exc).__name__}: {exc})"
-        ) from exc
-    if member is not None:
-        if not isinstance(loaded, Mapping) or member not in loaded:
-            keys = list(loaded) if isinstance(loaded, Mapping) else type(loaded).__name__
-            raise CheckpointError(path, f"no member {member!r}; the checkpoint holds {keys}")
-        loaded = loaded[member]
-    return _as_state_dict(path, loaded, member)
-
-
-def _as_state_dict(path: Path, loaded: object, member: str | None) -> dict[str, Tensor]:
-    where = f"member {member!r}" if member else "the checkpoint"
-    if not isinstance(loaded, Mapping):
-        raise CheckpointError(
-            path, f"{where} is a {type(loaded).__name__}; expected a mapping of names to tensors"
-        )
-    others = {k: v for k, v in loaded.items() if not (isinstance(k, str) and isinstance(v, Tensor))}
-    if others:
-        found = ", ".join(f"{k!r} ({type(v).__name__})" for k, v in list(others.items())[:8])
-        nested = [k for k, v in others.items() if isinstance(v, Mapping)]
-        hint = f"; pass member= one of {nested} to pick a nested state dict" if nested else ""
-        raise CheckpointError(
-            path, f"expected {where} to map names to tensors, but it holds {found}{hint}"
-        )
-    return dict(loaded)
-
-
-def _load_index(index: Path, device: torch.device) -> dict[str, Tensor]:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(index, f"not a readable index JSON ({exc})") from exc
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
-        raise CheckpointError(
-            index, 'expected a JSON object with "weight_map": {tensor name: shard file name}'
-        )
-    by_shard: dict[str, list[str]] = {}
-    for key, shard in weight_map.items():
-        by_shard.setdefault(shard, []).append(key)
-    outside = [s for s in by_shard if Path(s).is_absolute() or ".." in Path(s).parts]
-    if outside:
-        raise CheckpointError(index, f"names shards outside its folder: {_names(outside)}")
-    absent = [s for s in by_shard if not (index.parent / s).is_file()]
-    if absent:
-        raise CheckpointError(
-            index, f"names shards that do not exist in {index.parent}: {_names(absent)}"
-        )
-    tensors: dict[str, Tensor] = {}
-    for shard, keys in by_shard.items():
-        shard_path = index.parent / shard
-        if shard_path.suffix.lower() == ".safetensors":
-            tensors.update(_load_safetensors(shard_path, device, keys))
-            continue
-        loaded = _load_file(shard_path, device)
-        lacking = [k for k in keys if k not in loaded]
-        if lacking:
-            raise CheckpointError(
-                shard_path, f"{index.name} places {_names(lacking)} in this shard, which lacks them"
-            )
-        tensors.update((k, loaded[k]) for k in keys)
-    return {k: tensors[k] for k in weight_map}
-
-
-def _names(keys: list[str], limit: int = 10) -> str:
-    shown = ", ".join(keys[:limit])
-    return shown if len(keys) <= limit else f"{shown} and {len(keys) - limit} more"
-
-
 def strip_prefix(state_dict: Mapping[str, Tensor], prefix: str) -> dict[str, Tensor]:
     """The entries whose key starts with ``prefix``, with it removed; the others are left out.
 
@@ -265,7 +67,7 @@ def strip_prefix(state_dict: Mapping[str, Tensor], prefix: str) -> dict[str, Ten
     out = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
     if not out:
         heads = sorted({k.split(".", 1)[0] + "." for k in state_dict})
-        raise ValueError(f"no key starts with {prefix!r}; keys start with {_names(heads)}")
+        raise ValueError(f"no key starts with {prefix!r}; keys start with {names_preview(heads)}")
     return out
 
 

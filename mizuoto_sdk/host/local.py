@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -25,6 +24,7 @@ from mizuoto_sdk.errors import (
     Unsupported,
 )
 from mizuoto_sdk.host.calls import Call, map_error
+from mizuoto_sdk.host.paths import staged_folder
 from mizuoto_sdk.host.request import EngineRequest
 from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
 from mizuoto_sdk.types import AudioChunk, LoadSpec
@@ -100,11 +100,10 @@ class LocalHandle:
         """Let the engine write a voice into ``voice_dir``, which appears only if it succeeds."""
         call = self._call("prepare_voice", request)
         audio = self._audio(audio)
-        target = Path(voice_dir)
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise self._invalid("voice_dir", f"{target} already exists and is not an empty folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:  # before the engine runs: a target that cannot take the result is the caller's
+            target, staging = staged_folder(Path(voice_dir), "voice_dir")
+        except InvalidRequest as error:
+            raise map_error(error, self.engine) from None
         try:
             result = call.run(self.loaded.prepare_voice, audio, staging, call.ctx.params)
             with contextlib.suppress(FileNotFoundError):

@@ -1,6 +1,12 @@
 """Reading checkpoints: safetensors memory-mapped, pickles with ``weights_only=True``, sharded
 indexes, and whole folders, each failure a ``CheckpointError`` that names the path.
 
+Whatever a file holds, reading it ends in tensors or a ``CheckpointError``: a malformed file may
+make torch or json fail in any way, and those failures are reported, never raised raw. Files that
+a folder or an index names must resolve inside the model's trees (``mizuoto_runtime.paths``), so
+a link cannot make the reader open a file elsewhere. Reading checks the bound request's cancel
+between shards and tensors.
+
 Split from ``loading`` (which re-exports ``load_state_dict`` and ``CheckpointError``) so that
 reading a file and fitting a state dict into a module stay one job each.
 """
@@ -9,18 +15,24 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import zipfile
 from collections.abc import Mapping
 from os import PathLike
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 from torch import Tensor
+
+from mizuoto_runtime.context import current_context
+from mizuoto_runtime.paths import allowed_trees, resolves_inside
+from mizuoto_sdk.errors import EngineError
 
 __all__ = ["PICKLE_SUFFIXES", "CheckpointError", "load_state_dict"]
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+MAX_INDEX_BYTES = 64 * 2**20  # transformers' largest indexes are a few MiB
 
 # Folder layouts in preference order: the first name, or else the only match of the patterns.
 _FOLDER_LAYOUTS = (
@@ -58,6 +70,8 @@ def load_state_dict(
     device = torch.device(device)
     if path.is_dir():
         path = _resolve_folder(path)
+        if not resolves_inside(path, allowed_trees(path.parent)):
+            raise CheckpointError(path, _ESCAPES)
     elif not path.exists():
         raise CheckpointError(
             path, "no such file or folder; expected a checkpoint file or a folder holding one"
@@ -99,6 +113,22 @@ def _resolve_folder(folder: Path) -> Path:
     )
 
 
+_ESCAPES = (
+    "is a link to a file outside the model's folder (or its Hugging Face cache entry); "
+    "refused: copy the file into the folder"
+)
+
+
+# Errors that keep their meaning: cancel and timeout, and out of memory (the host frees memory).
+_PASS_THROUGH = (CheckpointError, EngineError, MemoryError, torch.OutOfMemoryError)
+
+
+def _check_cancel() -> None:
+    ctx = current_context()
+    if ctx is not None:
+        ctx.check_cancel()
+
+
 def _load_file(path: Path, device: torch.device, member: str | None = None) -> dict[str, Tensor]:
     suffix = path.suffix.lower()
     if suffix == ".safetensors":
@@ -124,36 +154,59 @@ def _load_safetensors(
                     path,
                     f"the index places {names_preview(lacking)} in this shard, which lacks them",
                 )
-            return {k: file.get_tensor(k) for k in (keys if keys is not None else file.keys())}
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(path, f"not a readable safetensors file ({exc})") from exc
+            tensors = {}
+            for number, key in enumerate(keys if keys is not None else file.keys()):
+                if number % 64 == 0:
+                    _check_cancel()
+                tensors[key] = file.get_tensor(key)
+            return tensors
+    except _PASS_THROUGH:
+        raise
+    except Exception as exc:  # safetensors, or torch on a header it accepted, may fail any way
+        raise CheckpointError(
+            path, f"not a readable safetensors file ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def _load_pickle(path: Path, device: torch.device, member: str | None) -> dict[str, Tensor]:
     # Only torch's zip format can be mapped; files from torch < 1.6 are read whole.
     mmap = zipfile.is_zipfile(path)
+    _check_cancel()
     try:
         loaded = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
-        reason = str(exc).partition("WeightsUnpickler error:")[2].strip().split("\n")[0]
-        if "Unsupported global" in reason:
+        # torch's own message advises loading with weights_only=False; it is never repeated.
+        code = _GLOBAL.search(str(exc))
+        if code or "Unsupported global" in str(exc):
+            named = f" ({code.group(1)})" if code else ""
             raise CheckpointError(
                 path,
-                "refused: the pickle holds Python objects besides tensors and plain containers, "
-                f"and is read with weights_only=True so loading it cannot run code ({reason}); "
-                "convert it to safetensors where you trust its source",
-            ) from exc
-        raise CheckpointError(path, f"not a readable torch checkpoint ({reason or exc})") from exc
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise CheckpointError(
-            path, f"not a readable torch checkpoint ({type(exc).__name__}: {exc})"
-        ) from exc
+                f"refused: the file holds code{named}, not only tensors, and loading it would "
+                "run that code; it is not loaded",
+            ) from None
+        raise CheckpointError(path, f"not a readable torch checkpoint ({_reason(exc)})") from None
+    except _PASS_THROUGH:
+        raise
+    except Exception as exc:  # a file that is not a pickle fails inside torch in any way
+        raise CheckpointError(path, f"not a readable torch checkpoint ({_reason(exc)})") from None
     if member is not None:
         if not isinstance(loaded, Mapping) or member not in loaded:
             keys = list(loaded) if isinstance(loaded, Mapping) else type(loaded).__name__
             raise CheckpointError(path, f"no member {member!r}; the checkpoint holds {keys}")
         loaded = loaded[member]
     return _as_state_dict(path, loaded, member)
+
+
+_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_ADVICE = ("weights_only", "trusted source", "file an issue", "documentation", "safe_globals")
+
+
+def _reason(exc: Exception) -> str:
+    """The specific line of torch's error, without its advice on loading unsafely."""
+    text = str(exc).partition("WeightsUnpickler error:")[2] or str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    specific = [line for line in lines if not any(words in line for words in _ADVICE)]
+    return f"{type(exc).__name__}: {specific[0] if specific else 'unreadable'}"
 
 
 def _as_state_dict(path: Path, loaded: object, member: str | None) -> dict[str, Tensor]:
@@ -175,9 +228,15 @@ def _as_state_dict(path: Path, loaded: object, member: str | None) -> dict[str, 
 
 def _load_index(index: Path, device: torch.device) -> dict[str, Tensor]:
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
+        with index.open("rb") as file:
+            raw = file.read(MAX_INDEX_BYTES + 1)
+        if len(raw) > MAX_INDEX_BYTES:
+            raise CheckpointError(index, f"index JSON larger than {MAX_INDEX_BYTES} bytes")
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(index, f"not a readable index JSON ({exc})") from exc
+    except RecursionError:
+        raise CheckpointError(index, "not a readable index JSON (nested too deeply)") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
@@ -191,6 +250,14 @@ def _load_index(index: Path, device: torch.device) -> dict[str, Tensor]:
     outside = [s for s in by_shard if Path(s).is_absolute() or ".." in Path(s).parts]
     if outside:
         raise CheckpointError(index, f"names shards outside its folder: {names_preview(outside)}")
+    trees = allowed_trees(index.parent)
+    escaping = [s for s in by_shard if not resolves_inside(index.parent / s, trees)]
+    if escaping:
+        raise CheckpointError(
+            index,
+            f"names shards that link outside its folder (or its Hugging Face cache entry): "
+            f"{names_preview(escaping)}; refused",
+        )
     absent = [s for s in by_shard if not (index.parent / s).is_file()]
     if absent:
         raise CheckpointError(
@@ -198,6 +265,7 @@ def _load_index(index: Path, device: torch.device) -> dict[str, Tensor]:
         )
     tensors: dict[str, Tensor] = {}
     for shard, keys in by_shard.items():
+        _check_cancel()
         shard_path = index.parent / shard
         if shard_path.suffix.lower() == ".safetensors":
             tensors.update(_load_safetensors(shard_path, device, keys))

@@ -151,8 +151,9 @@ class NotATensor:
 
 def test_pickle_with_a_python_object_is_refused(tmp_path: Path):
     torch.save({"weight": torch.ones(2), "extra": NotATensor()}, tmp_path / "evil.bin")
-    with pytest.raises(CheckpointError, match=r"evil\.bin: refused.*weights_only=True.*NotATensor"):
+    with pytest.raises(CheckpointError, match=r"evil\.bin: refused: the file holds code") as info:
         load_state_dict(tmp_path / "evil.bin")
+    assert "NotATensor" in str(info.value) and "weights_only" not in str(info.value)
 
 
 def test_missing_file_names_the_path(tmp_path: Path):

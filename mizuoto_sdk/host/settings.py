@@ -2,10 +2,17 @@
 
 ``compute.*`` keys shape how every engine runs; ``engines.<id>.*`` keys belong to one engine, and
 changing one unloads that engine so the next request reloads it with the new value.
+``voices.roots`` names the folders a voice may be read from.
+
+A value is checked completely when it is set, including the limits its first use depends on
+(finite numbers, a simulated device of at least one byte), so a setting that was accepted never
+fails later in a load.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,21 +31,40 @@ def _positive_int_or_none(key: str, value: object) -> int | None:
     return value
 
 
+def _finite(value: float) -> bool:
+    """Whether ``value`` is a float that is not inf or NaN (an int too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number_or_none(
-    what: str, minimum: float, *, exclusive: bool = False
+    what: str, minimum: float, *, exclusive: bool = False, least: tuple[float, str] | None = None
 ) -> Callable[[str, object], float | None]:
-    """A check for None or a real number >= ``minimum`` (> with ``exclusive``)."""
+    """A check for None or a finite real number >= ``minimum`` (> with ``exclusive``).
+
+    ``least`` = (value, words) adds a smallest usable value that the bound alone does not say
+    (a simulated device of 1e-9 MiB is > 0 but holds no byte).
+    """
     bound = f"{'>' if exclusive else '>='} {minimum:g}"
+    if least is not None:
+        bound += f" (at least {least[1]})"
 
     def check(key: str, value: object) -> float | None:
         if value is None:
             return None
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or not (value > minimum if exclusive else value >= minimum):
+        if (
+            not number
+            or not _finite(value)  # type: ignore[arg-type]
+            or not (value > minimum if exclusive else value >= minimum)  # type: ignore[operator]
+            or (least is not None and value < least[0])  # type: ignore[operator]
+        ):
             raise InvalidRequest(
-                f"{key}: expected {what} {bound} or None, got {value!r}", {"field": key}
+                f"{key}: expected {what} {bound}, finite, or None, got {value!r}", {"field": key}
             )
-        return value
+        return value  # type: ignore[return-value]
 
     return check
 
@@ -78,6 +104,21 @@ def _mapping(key: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
+def _folders(key: str, value: object) -> tuple[str, ...]:
+    """A list of folder paths, stored absolute (relative ones are taken from the current folder
+    when the setting is set, so a later change of folder does not move them)."""
+    items = [value] if isinstance(value, str | os.PathLike) else value
+    if not isinstance(items, list | tuple) or not all(
+        isinstance(item, str | os.PathLike) and os.fspath(item) for item in items
+    ):
+        raise InvalidRequest(
+            f"{key}: expected a list of folder paths, got {value!r}", {"field": key}
+        )
+    if any("\0" in os.fspath(item) for item in items):
+        raise InvalidRequest(f"{key}: a folder path holds a NUL character", {"field": key})
+    return tuple(os.path.abspath(os.fspath(item)) for item in items)
+
+
 def _choice(*allowed: str) -> Callable[[str, object], str]:
     def check(key: str, value: object) -> str:
         if value not in allowed:
@@ -100,10 +141,15 @@ COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "compute.fast": _boolean,
     # Memory management (mizuoto_runtime.policy): simulate_vram_mb when the runtime is created
     # (the first load), the others each time a model registers on a device.
-    "compute.simulate_vram_mb": _number_or_none("a number of MiB", 0, exclusive=True),
+    "compute.simulate_vram_mb": _number_or_none(
+        "a number of MiB", 0, exclusive=True, least=(2**-20, "one byte, 2**-20")
+    ),
     "compute.vram_headroom_mb": _number_or_none("a number of MiB", 0),
     "compute.stream_in_flight": _positive_int_or_none,
     "compute.working_margin": _number_or_none("a factor", 1),
+    # Folders that params["voice"] may name voices in, besides each engine's own (engines read
+    # it from ctx.settings; see docs/host/settings.md).
+    "voices.roots": _folders,
 }
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
@@ -124,6 +170,7 @@ DEFAULTS: Mapping[str, object] = {
     "compute.vram_headroom_mb": None,
     "compute.stream_in_flight": None,
     "compute.working_margin": None,
+    "voices.roots": (),
 }
 
 Listener = Callable[[str, object], None]

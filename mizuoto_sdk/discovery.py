@@ -14,6 +14,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import reprlib
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal
@@ -124,17 +125,19 @@ class Discovery:
         return manifest
 
     def get_engine(self, engine_id: str) -> type[Engine]:
-        """Import the engine's implementation (never torch: that waits for ``load``)."""
+        """Import the engine's implementation (never torch: that waits for ``load``).
+
+        Whatever importing it does, sys.exit included, ends as EngineUnavailable with the reason.
+        """
         manifest = self.manifest(engine_id)
-        module_name, _, qualname = manifest.implementation.partition(":")
         try:
-            target: object = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                target = getattr(target, part)
-        except Exception as error:
+            target = _import_implementation(manifest)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # an implementation's import may even call sys.exit
             raise EngineUnavailable(
                 f"engine {engine_id!r}: cannot import {manifest.implementation}: "
-                f"{type(error).__name__}: {error}",
+                f"{_describe(error)}",
                 {"engine": engine_id, "traceback": traceback.format_exc()},
             ) from error
         _check_engine_class(manifest, target)
@@ -181,49 +184,97 @@ class Discovery:
 
 
 def _load_plugin(manager: pluggy.PluginManager, source: _Source) -> list[EngineRecord]:
-    def failed(reason: str) -> list[EngineRecord]:
-        entry = f"{source.name} = {source.value}"
-        return [
-            EngineRecord(
-                source.name, source.distribution, source.version, entry, "failed", error=reason
-            )
-        ]
+    """Import, register and call one plugin; whatever it raises becomes its ``failed`` record.
 
+    Every step runs the plugin's code (its import, attribute lookups during registration, the
+    hook, even the ``repr`` of what the hook returned), and any of them may raise anything,
+    SystemExit included. Only KeyboardInterrupt (Ctrl-C, or the CLI's SIGTERM) passes through:
+    it is the user stopping the command, not the plugin failing.
+    """
+    entry = f"{source.name} = {source.value}"
+    name = f"{source.distribution}:{source.name}"
+    plugin: object = None
     try:
-        plugin = source.load()
-    except BaseException as error:  # a plugin's import may even call sys.exit
-        if isinstance(error, KeyboardInterrupt):
+        try:
+            plugin = source.load()
+        except KeyboardInterrupt:
             raise
-        return failed(f"import failed: {type(error).__name__}: {error}\n{traceback.format_exc()}")
+        except BaseException as error:  # a plugin's import may even call sys.exit
+            trace = traceback.format_exc()
+            raise _PluginFailed(f"import failed: {_describe(error)}\n{trace}") from None
+        return [_record(m, source, entry) for m in _manifests(manager, plugin, name)]
+    except KeyboardInterrupt:
+        raise
+    except _PluginFailed as failure:
+        reason = str(failure)
+    except BaseException as error:
+        reason = f"failed while loading: {_describe(error)}\n{traceback.format_exc()}"
+    if plugin is not None and manager.get_plugin(name) is plugin:
+        manager.unregister(name=name)  # a failed plugin leaves no hooks behind
+    return [
+        EngineRecord(
+            source.name, source.distribution, source.version, entry, "failed", error=reason
+        )
+    ]
+
+
+class _PluginFailed(Exception):
+    """A plugin step failed; the message is the record's reason."""
+
+
+def _manifests(manager: pluggy.PluginManager, plugin: object, name: str) -> list[EngineManifest]:
     try:
-        manager.register(plugin, name=f"{source.distribution}:{source.name}")
-    except (pluggy.PluginValidationError, ValueError) as error:
-        return failed(f"registration failed: {error}")
+        manager.register(plugin, name=name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # pluggy reads the plugin's attributes, which may run code
+        raise _PluginFailed(f"registration failed: {_describe(error)}") from None
     try:
         manager.check_pending()
     except pluggy.PluginValidationError as error:
-        manager.unregister(plugin)
-        return failed(f"{error}{_suggestion(plugin)}")
+        raise _PluginFailed(f"{error}{_suggestion(plugin)}") from None
     impls = [i for i in manager.hook.mizuoto_engines.get_hookimpls() if i.plugin is plugin]
     if not impls:
-        manager.unregister(plugin)
-        return failed(
+        raise _PluginFailed(
             f"implements no Mizuoto hook (expected {', '.join(HOOK_NAMES)} marked "
             f"with @mizuoto_sdk.hookimpl){_suggestion(plugin)}"
         )
     try:
         returned = impls[0].function()
-    except Exception as error:
-        return failed(
-            f"mizuoto_engines raised {type(error).__name__}: {error}\n{traceback.format_exc()}"
-        )
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # as isolated as the import: sys.exit here is a failure too
+        raise _PluginFailed(
+            f"mizuoto_engines raised {_describe(error)}\n{traceback.format_exc()}"
+        ) from None
     manifests = [returned] if isinstance(returned, EngineManifest) else returned
     if not isinstance(manifests, (list, tuple)) or not all(
         isinstance(m, EngineManifest) for m in manifests
     ):
-        return failed(f"mizuoto_engines returned {returned!r}; expected a list of EngineManifest")
-    entry = f"{source.name} = {source.value}"
-    return [_record(m, source, entry) for m in manifests]
+        raise _PluginFailed(
+            f"mizuoto_engines returned {_safe_repr(returned)}; expected a list of EngineManifest"
+        )
+    return list(manifests)
+
+
+def _describe(error: BaseException) -> str:
+    """``"SystemExit: 3"``: the exception's type and message, even when its ``str`` fails."""
+    try:
+        message = str(error)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        message = "<the exception's message could not be read>"
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return reprlib.repr(value)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        return f"a {type(value).__name__} object"
 
 
 def _record(manifest: EngineManifest, source: _Source, entry: str) -> EngineRecord:
@@ -286,19 +337,41 @@ def _suggestion(plugin: object) -> str:
     return f" ({'; '.join(hints)})" if hints else ""
 
 
+def _import_implementation(manifest: EngineManifest) -> object:
+    module_name, _, qualname = manifest.implementation.partition(":")
+    target: object = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as error:  # a misspelt class name: suggest the closest one
+            close = difflib.get_close_matches(part, dir(target), n=1)
+            if not close:
+                raise
+            raise AttributeError(f"{error}; did you mean {close[0]!r}?") from error
+    return target
+
+
 def _check_engine_class(manifest: EngineManifest, target: object) -> None:
     if not (isinstance(target, type) and issubclass(target, Engine)):
         raise EngineUnavailable(
-            f"engine {manifest.id!r}: {manifest.implementation} is {target!r}, not a subclass of "
-            "mizuoto_sdk.Engine",
+            f"engine {manifest.id!r}: {manifest.implementation} is {_safe_repr(target)}, not a "
+            "subclass of mizuoto_sdk.Engine",
             {"engine": manifest.id},
         )
     declared = {
-        "DEVICES": (tuple(target.DEVICES), manifest.devices),
-        "DTYPES": (tuple(canonical_dtype(d) for d in target.DTYPES), manifest.dtypes),
-        "EXTRAS": (dict(target.EXTRAS), dict(manifest.extras)),
+        "DEVICES": (tuple, manifest.devices),
+        "DTYPES": (lambda dtypes: tuple(canonical_dtype(d) for d in dtypes), manifest.dtypes),
+        "EXTRAS": (dict, dict(manifest.extras)),
     }
-    for name, (on_class, in_manifest) in declared.items():
+    for name, (read, in_manifest) in declared.items():
+        try:
+            on_class = read(getattr(target, name))
+        except Exception as error:  # e.g. a dtype the SDK does not know, or a number
+            raise EngineUnavailable(
+                f"engine {manifest.id!r}: {target.__name__}.{name} is not valid: "
+                f"{_describe(error)}; the manifest declares {in_manifest!r}",
+                {"engine": manifest.id, "field": name.lower()},
+            ) from None
         if on_class != in_manifest:
             raise EngineUnavailable(
                 f"engine {manifest.id!r}: {target.__name__}.{name} = {on_class!r} but the manifest "

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import manifest_arguments, plugin_source
 
-from mizuoto_sdk import Discovery, Engine, EngineNotFound, EngineUnavailable
+from mizuoto_sdk import (
+    Discovery,
+    Engine,
+    EngineManifest,
+    EngineNotFound,
+    EngineUnavailable,
+    ModelEntry,
+    hookimpl,
+)
+
+# A real distribution of plugins and engines that misbehave on purpose (see its package docstring).
+FIXTURE_SITE = Path(__file__).parent / "fixture_site"
 
 ENGINE = """
     from mizuoto_sdk import Engine
@@ -280,3 +293,107 @@ def test_in_process_plugins_register_through_the_same_path():
     )
     (record,) = discovery.records()
     assert (record.id, record.distribution, record.status) == ("inline", "inline-dist", "ok")
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    """Discovery of the fixture distribution ``mizuoto-fixture-faults`` alone."""
+    monkeypatch.syspath_prepend(str(FIXTURE_SITE))
+    return Discovery(path=[str(FIXTURE_SITE)], selection={"mizuoto-fixture-faults"})
+
+
+def test_a_hook_that_exits_or_raises_a_base_exception_is_failed_and_the_others_load(faults):
+    records = by_id(faults)
+    assert records["hook-exits"].status == "failed"
+    assert "mizuoto_engines raised SystemExit: 4" in records["hook-exits"].error
+    assert records["hook-halts"].status == "failed"
+    assert "mizuoto_engines raised Halt: the hook stopped on purpose" in records["hook-halts"].error
+    assert records["waits"].status == "ok"  # declared by another plugin of the same distribution
+
+
+class Halt(BaseException):
+    pass
+
+
+def manifest(engine_id: str) -> EngineManifest:
+    return EngineManifest(
+        id=engine_id, implementation="m:C", models=[ModelEntry("a")], capabilities=["synthesize"]
+    )
+
+
+def in_process(**plugins: object) -> Discovery:
+    good = SimpleNamespace(mizuoto_engines=hookimpl(lambda: [manifest("good")]))
+    return Discovery(plugins={"good-dist": good, **plugins}, entry_points=False)
+
+
+def raising(error: BaseException):
+    def hook():
+        raise error
+
+    return hookimpl(hook, specname="mizuoto_engines")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (SystemExit(), "SystemExit"),
+        (SystemExit(0), "SystemExit: 0"),
+        (SystemExit("bye"), "SystemExit: bye"),
+        (GeneratorExit(), "GeneratorExit"),
+        (Halt("stop"), "Halt: stop"),
+        (MemoryError(), "MemoryError"),
+    ],
+)
+def test_whatever_a_hook_raises_becomes_a_failed_record(error, reason):
+    records = by_id(in_process(broken=SimpleNamespace(mizuoto_engines=raising(error))))
+    assert records["good"].status == "ok"
+    assert records["broken"].status == "failed"
+    assert f"mizuoto_engines raised {reason}" in records["broken"].error
+
+
+def test_ctrl_c_in_a_hook_still_stops_discovery():
+    discovery = in_process(broken=SimpleNamespace(mizuoto_engines=raising(KeyboardInterrupt())))
+    with pytest.raises(KeyboardInterrupt):
+        discovery.records()
+
+
+class ExitsWhenRead:
+    """A plugin object whose attribute lookup (which registration does) calls sys.exit."""
+
+    @property
+    def mizuoto_engines(self):
+        raise SystemExit(5)
+
+
+class ExitsWhenShown:
+    def __repr__(self) -> str:
+        raise SystemExit(6)
+
+
+def test_a_plugin_that_exits_while_registered_or_shown_is_failed():
+    shown = SimpleNamespace(mizuoto_engines=hookimpl(lambda: ExitsWhenShown()))
+    records = by_id(in_process(read=ExitsWhenRead(), shown=shown))
+    assert records["good"].status == "ok"
+    assert records["read"].status == "failed"
+    assert "SystemExit: 5" in records["read"].error
+    assert records["shown"].status == "failed"
+    assert "expected a list of EngineManifest" in records["shown"].error
+
+
+@pytest.mark.parametrize(
+    ("engine_id", "reason"),
+    [
+        ("exits-on-import", "SystemExit: 3"),
+        ("unknown-dtype", "unknown dtype 'float8'"),
+        ("number-dtypes", "NumberDtypesEngine.DTYPES is not valid"),
+        ("misspelt", "has no attribute 'WaitingEngin'; did you mean 'WaitingEngine'?"),
+    ],
+)
+def test_an_implementation_that_exits_or_declares_what_the_sdk_cannot_read_is_unavailable(
+    faults, engine_id, reason
+):
+    with pytest.raises(EngineUnavailable) as caught:
+        faults.get_engine(engine_id)
+    assert caught.value.code == "engine_unavailable"
+    assert reason in str(caught.value)
+    assert faults.get_engine("waits").__name__ == "WaitingEngine"  # the others still import

@@ -1,0 +1,5 @@
+"""An implementation module that calls sys.exit when imported."""
+
+import sys
+
+sys.exit(3)

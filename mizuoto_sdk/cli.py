@@ -1,7 +1,8 @@
 """The ``mizuoto`` command. Listing, doctor and runtime never import torch; synth does, to load.
 
 Exit codes: 0 ok, 2 a usage mistake (bad arguments, unknown engine, empty text, unwritable
-output), 1 an engine error, printed with its code.
+output), 1 an engine error, printed with its code. Stopped by SIGINT or SIGTERM, the command
+cleans up, prints one line and ends by that signal.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from mizuoto_sdk.discovery import Discovery, EngineRecord
 from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.process import run_command
 
 if TYPE_CHECKING:
     from mizuoto_sdk.host import RuntimeService
@@ -70,8 +72,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run() -> None:
+    """The ``mizuoto`` executable: ``main`` on ``sys.argv``, then the process ends with its code.
+
+    SIGINT and SIGTERM unwind the command (an unfinished output file is removed) and end the
+    process by that signal after one line on stderr; threads a plugin left running never keep it
+    alive (``mizuoto_sdk.process``).
+    """
+    run_command(main, "mizuoto")
+
+
 def main(argv: Sequence[str] | None = None, service: RuntimeService | None = None) -> int:
-    """Run the command; ``service`` is the host whose models ``runtime`` shows (default: new)."""
+    """Run the command; ``service`` is the host whose models ``runtime`` shows (default: new).
+
+    Embedding processes call this: it returns the exit code and leaves signals and threads alone.
+    """
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse has printed the usage message
@@ -221,24 +236,16 @@ def _doctor(args: argparse.Namespace) -> int:
     from mizuoto_runtime.device import torch_build
 
     build = torch_build()
-    records = Discovery().records()
+    discovery = Discovery()
+    records = discovery.records()
     if args.engine is not None:
         records = tuple(r for r in records if r.id == args.engine)
         if not records:
-            known = ", ".join(sorted({r.id for r in Discovery().records()}))
+            known = ", ".join(sorted({r.id for r in discovery.records()}))
             raise EngineError(
                 f"no engine {args.engine!r}; known engines: {known}", code="engine_not_found"
             )
-    engines = [
-        {
-            "id": r.id,
-            "status": r.status,
-            "available": r.ok and all(e["installed"] for e in _extras(r)),
-            "missing_extras": [e["requirement"] for e in _extras(r) if not e["installed"]],
-            "error": r.error,
-        }
-        for r in records
-    ]
+    engines = [_diagnose(discovery, r) for r in records]
     if args.json:
         print(json.dumps({"torch": build, "engines": engines}, indent=2))
     else:
@@ -258,7 +265,44 @@ def _doctor(args: argparse.Namespace) -> int:
             else:
                 state = f"lacks extras: pip install {' '.join(engine['missing_extras'])}"
             print(f"engine {engine['id']}: {state}")
+            for warning in engine["warnings"]:
+                print(f"  warning: {warning}")
     return 0 if all(e["status"] == "ok" for e in engines) else 1
+
+
+def _diagnose(discovery: Discovery, record: EngineRecord) -> dict[str, object]:
+    """One engine's doctor entry, after importing its implementation as ``synth`` would.
+
+    A misspelt class, an import that fails or exits, or a class that disagrees with its manifest
+    shows here with status ``unavailable`` and the reason, rather than as "available".
+
+    Importing it must not import torch (DESIGN: import discipline); when it does, that is a
+    warning. Once torch is in this process, later engines cannot be judged on this point:
+    ``mizuoto doctor ENGINE`` checks one engine in a fresh process.
+    """
+    status, error, warnings = record.status, record.error, []
+    if record.ok:
+        torch_before = "torch" in sys.modules
+        try:
+            discovery.get_engine(record.id)
+        except EngineError as unavailable:
+            status, error = "unavailable", str(unavailable)
+        else:
+            if not torch_before and "torch" in sys.modules:
+                implementation = record.manifest.implementation if record.manifest else record.id
+                warnings.append(
+                    f"importing {implementation} imports torch, which makes listing and doctor "
+                    "slow; import torch inside load() instead"
+                )
+    missing = [e["requirement"] for e in _extras(record) if not e["installed"]]
+    return {
+        "id": record.id,
+        "status": status,
+        "available": status == "ok" and not missing,
+        "missing_extras": missing,
+        "error": error,
+        "warnings": warnings,
+    }
 
 
 def _runtime(args: argparse.Namespace) -> int:
@@ -302,4 +346,4 @@ def _mib(count: object) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

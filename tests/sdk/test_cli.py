@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
 import wave
+from pathlib import Path
 
 import pytest
 
+from mizuoto_sdk import cli
 from mizuoto_sdk.cli import main
+
+# A real distribution of plugins and engines that misbehave on purpose (see its docstring).
+FIXTURE_SITE = Path(__file__).parent / "fixture_site"
+FAULTS = "mizuoto-fixture-faults"
+
+
+def fixture_env(*distributions: str) -> dict[str, str]:
+    return {"PYTHONPATH": str(FIXTURE_SITE), "MIZUOTO_PLUGINS": ",".join(distributions)}
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    """The fixture distribution and sine, as the in-process command finds them."""
+    monkeypatch.syspath_prepend(str(FIXTURE_SITE))
+    monkeypatch.setenv("MIZUOTO_PLUGINS", f"{FAULTS},mizuoto-engine-sine")
 
 
 def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -117,8 +136,108 @@ def test_doctor_and_runtime(capsys):
         "available": True,
         "missing_extras": [],
         "error": None,
+        "warnings": [],
     } in report["engines"]
     assert main(["doctor", "sine"]) == 0
     assert "engine sine: available" in capsys.readouterr().out
     assert main(["runtime"]) == 0
     assert "no models loaded" in capsys.readouterr().out
+
+
+def test_the_mizuoto_executable_runs_the_command_as_a_process():
+    (script,) = [
+        e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "mizuoto"
+    ]
+    assert script.load() is cli.run
+
+
+def test_engines_ends_promptly_whatever_plugins_exit_or_leave_running():
+    # The hooks call sys.exit / raise a BaseException; another plugin starts a thread that never
+    # ends at import. Before, the first ended the command silently, the second hung it at exit.
+    done = run(
+        "engines",
+        "--json",
+        env=fixture_env(FAULTS, "mizuoto-fixture-thread", "mizuoto-engine-sine"),
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {row["id"]: row for row in json.loads(done.stdout)}
+    assert rows["sine"]["status"] == "ok"
+    assert rows["hook-exits"]["status"] == "failed"
+    assert "SystemExit: 4" in rows["hook-exits"]["error"]
+    assert rows["hook-halts"]["status"] == "failed"
+    assert "fixture-plugin-thread" in done.stderr  # named, so that its author can find it
+
+
+def test_doctor_imports_each_implementation_and_says_why_it_cannot_be_used():
+    # A fresh process, so that an implementation importing torch is seen doing it.
+    done = run("doctor", "--json", env=fixture_env(FAULTS))
+    assert done.returncode == 1, done.stderr
+    engines = {e["id"]: e for e in json.loads(done.stdout)["engines"]}
+    for engine_id, reason in [
+        ("exits-on-import", "SystemExit: 3"),
+        ("unknown-dtype", "unknown dtype 'float8'"),
+        ("misspelt", "did you mean 'WaitingEngine'?"),
+    ]:
+        assert engines[engine_id]["status"] == "unavailable"
+        assert engines[engine_id]["available"] is False
+        assert reason in engines[engine_id]["error"]
+    assert engines["waits"]["available"] is True and engines["waits"]["warnings"] == []
+    assert engines["imports-torch"]["available"] is True
+    assert "imports torch" in engines["imports-torch"]["warnings"][0]
+
+
+def test_doctor_engine_names_a_misspelt_class(faults, capsys):
+    assert main(["doctor", "misspelt"]) == 1
+    assert "engine misspelt: unavailable: " in capsys.readouterr().out
+    assert main(["doctor", "waits"]) == 0
+    assert "engine waits: available" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("engine_id", "reason"),
+    [
+        ("exits-on-import", "SystemExit: 3"),
+        ("unknown-dtype", "unknown dtype 'float8'"),
+        ("number-dtypes", "DTYPES is not valid"),
+    ],
+)
+def test_synth_with_an_implementation_that_cannot_be_used_is_engine_unavailable(
+    faults, tmp_path, capsys, engine_id, reason
+):
+    assert main(["synth", engine_id, "hi", "-o", str(tmp_path / "x.wav")]) == 1
+    err = capsys.readouterr().err
+    assert "[engine_unavailable]" in err and reason in err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("stop", "said"), [(signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")]
+)
+def test_a_signal_during_synth_removes_the_unfinished_file_and_says_one_line(tmp_path, stop, said):
+    command = [sys.executable, "-m", "mizuoto_sdk.cli", "synth", "waits", "hi", "-o"]
+    process = subprocess.Popen(
+        [*command, str(tmp_path / "out.wav")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **fixture_env(FAULTS)},
+    )
+    try:
+        for line in process.stderr:  # the engine says when it is inside synthesize
+            if line.strip() == "synthesizing":
+                break
+        assert [p.suffix for p in tmp_path.iterdir()] == [".part"]
+        process.send_signal(stop)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == -stop  # ended by the signal, as Python does for Ctrl-C
+    assert err.splitlines() == [f"mizuoto: {said}"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_longest_output_name_the_file_system_accepts_works(tmp_path):
+    name = "a" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 4) + ".wav"
+    assert main(["synth", "sine", "hello", "-o", str(tmp_path / name)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == [name]

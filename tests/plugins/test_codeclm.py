@@ -40,6 +40,14 @@ def networks():
     return load_model(WEIGHTS_DIR, dtype=torch.float32, device="cpu")
 
 
+@pytest.fixture
+def voices(service, tmp_path):
+    """tmp_path as the allowed voice folder, for one test."""
+    service.settings.set("voices.roots", [tmp_path])
+    yield tmp_path
+    service.settings.set("voices.roots", [])
+
+
 def audio(handle, text=TEXT, request=None, **params):
     request = request or EngineRequest(params={"max_frames": FRAMES, **params})
     chunks = list(handle.synthesize(text, request))
@@ -206,7 +214,8 @@ def test_cancel_stops_midway(codeclm):
     assert len(again) == FRAMES * 320
 
 
-def test_a_prepared_voice_conditions_synthesis(codeclm, tmp_path):
+def test_a_prepared_voice_conditions_synthesis(codeclm, voices):
+    tmp_path = voices
     plain, _, _ = audio(codeclm, seed=6)
     result = codeclm.prepare_voice(AudioChunk(voice_like(16_000), 16_000), tmp_path / "low")
     assert result["files"] == ["voice.json"] and (tmp_path / "low" / "voice.json").is_file()
@@ -220,7 +229,8 @@ def test_a_prepared_voice_conditions_synthesis(codeclm, tmp_path):
     assert not np.allclose(result["embedding"], higher["embedding"], atol=0.1)
 
 
-def test_voices_from_other_rates_and_wav_files(codeclm, tmp_path):
+def test_voices_from_other_rates_and_wav_files(codeclm, voices):
+    tmp_path = voices
     native = codeclm.prepare_voice(AudioChunk(voice_like(16_000), 16_000), tmp_path / "a")
     resampled = codeclm.prepare_voice(AudioChunk(voice_like(48_000), 48_000), tmp_path / "b")
     np.testing.assert_allclose(resampled["embedding"], native["embedding"], atol=0.02)
@@ -252,7 +262,8 @@ def test_bad_params_name_the_field(codeclm, params, field):
     assert caught.value.detail["field"] == field
 
 
-def test_bad_text_and_voices_name_the_field(codeclm, tmp_path):
+def test_bad_text_and_voices_name_the_field(codeclm, voices):
+    tmp_path = voices
     with pytest.raises(EngineError) as caught:
         audio(codeclm, "x" * 601, seed=0)
     assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")

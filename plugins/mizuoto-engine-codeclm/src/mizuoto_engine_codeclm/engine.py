@@ -69,6 +69,11 @@ class LoadedCodecLM(LoadedEngine):
         self._compiled: dict[str, Module] = {}  # compile_module wrappers, made on first use
 
     @property
+    def voices_dir(self) -> Path | None:
+        """The model's own voices: a ``voices`` folder among its files (none ship today)."""
+        return None if self.spec.model_dir is None else self.spec.model_dir / "voices"
+
+    @property
     def decoder(self) -> QwenDecoder:
         return self.handles[0].module  # type: ignore[return-value]
 
@@ -77,6 +82,8 @@ class LoadedCodecLM(LoadedEngine):
         return self.handles[1].module  # type: ignore[return-value]
 
     def describe(self) -> Mapping[str, object]:
+        from mizuoto_engine_codeclm import voice
+
         codec = self.config.codec
         return {
             "model": self.spec.model_id,
@@ -89,6 +96,13 @@ class LoadedCodecLM(LoadedEngine):
                 "decoder": sum(p.numel() for p in self.decoder.parameters()),
                 "codec": sum(p.numel() for p in self.codec.parameters()),
             },
+            # The largest input a request may give; more is an InvalidRequest naming the field.
+            "limits": {
+                "text_bytes": self.config.tokens.max_text_bytes,
+                "voice_sample_rate": [voice.MIN_RATE, voice.MAX_RATE],
+                "voice_seconds": voice.MAX_RECORDING_SECONDS,
+                "voice_channels": voice.MAX_CHANNELS,
+            },
         }
 
     def synthesize(
@@ -98,12 +112,16 @@ class LoadedCodecLM(LoadedEngine):
 
         from mizuoto_engine_codeclm.decoding import frames
         from mizuoto_engine_codeclm.model import CodecStream
-        from mizuoto_engine_codeclm.voice import load_voice
+        from mizuoto_engine_codeclm.voice import read_voice
         from mizuoto_runtime.sampling import SamplingParams
+        from mizuoto_runtime.voices import find_voice, voice_roots
 
         request = SynthesisParams.from_params(params)
         text_bytes = len(self.tokenizer.text_bytes(text))
-        embedding = None if request.voice is None else load_voice(request.voice)
+        embedding = None
+        if request.voice is not None:  # only inside the model's voices and voices.roots
+            roots = voice_roots(ctx.settings, self.voices_dir)
+            embedding = read_voice(find_voice(request.voice, roots))
         prompt = self.tokenizer.prompt(text, embedding)
         limit = self._frame_limit(request, text_bytes, len(prompt))
         sampling = SamplingParams(

@@ -62,7 +62,14 @@ class ByteTokenizer:
             raise InvalidRequest(
                 f"text: expected a string, got {type(text).__name__}", {"field": "text"}
             )
-        data = text.strip().encode("utf-8")
+        try:
+            data = text.strip().encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate, from a bad decode upstream
+            raise InvalidRequest(
+                f"text: holds a lone surrogate ({error.object[error.start]!r}), which is not a "
+                "character; send valid Unicode text",
+                {"field": "text"},
+            ) from None
         if not data:
             raise InvalidRequest("text: is empty; give the words to speak", {"field": "text"})
         if len(data) > self.config.max_text_bytes:

@@ -2,21 +2,27 @@
 
 The embedding is the classic cheap speaker feature: the mean of the recording's mel cepstrum
 (coefficients 1..8, the spectral envelope; coefficient 0, the loudness, is left out), squashed
-into [-1, 1]. It is computed with numpy alone at 16 kHz, so a voice does not depend on the device
-or dtype the model runs in. ``prepare_voice`` writes it to ``voice.json``; ``synthesize`` reads a
-voice folder, or a WAV file directly (read with the standard library's ``wave``).
+into [-1, 1]. It is computed with numpy alone at 16 kHz (the runtime's ``resample`` brings other
+rates there), so a voice does not depend on the device or dtype the model runs in.
+``prepare_voice`` writes it to ``voice.json``; ``synthesize`` reads a voice folder, or a PCM WAV
+file directly (read with the standard library's ``wave``).
+
+A recording is bounded before any work: 8 to 192 kHz, at most 10 minutes and 16 channels, and
+only its first 30 s are read, so the time and memory a voice costs are bounded whatever the
+caller sends. ``params["voice"]`` names a path that must lie inside an allowed folder (voices.py
+decides which); the checks here see only files already allowed.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import wave
 from pathlib import Path
 
 import numpy as np
 
+from mizuoto_runtime.audio import resample
 from mizuoto_sdk import InvalidRequest
 
 EMBED_RATE = 16_000
@@ -25,8 +31,12 @@ VOICE_FILE = "voice.json"
 FORMAT = "mizuoto-codeclm-voice"
 MIN_SECONDS = 0.5
 MAX_SECONDS = 30.0  # later audio is not read: the envelope's mean has settled long before
+MAX_RECORDING_SECONDS = 600.0  # longer recordings are refused rather than silently cut
+MIN_RATE, MAX_RATE = 8_000, 192_000
+MAX_CHANNELS = 16
+_WIDTHS = {1: "8", 2: "16", 3: "24", 4: "32"}  # PCM sample widths in bytes -> bits
+_MAX_VOICE_FILE = 64 * 1024  # voice.json is a few hundred bytes
 _FFT, _WINDOW, _HOP, _BANDS = 512, 400, 160, 40
-_BETA = 8.0  # the Kaiser window's shape: about 80 dB of stopband
 _SCALE = 4.0  # cepstral coefficients of speech are mostly within +-8; tanh(c / 4) spreads them
 
 
@@ -38,17 +48,45 @@ def mono(samples: object) -> np.ndarray:
     return array.mean(axis=0) if array.ndim == 2 else array.reshape(-1)
 
 
+def check_recording(frames: int, rate: object, field: str) -> None:
+    """InvalidRequest naming ``field`` unless ``rate`` and the length are within the bounds."""
+    if isinstance(rate, bool) or not isinstance(rate, int) or not MIN_RATE <= rate <= MAX_RATE:
+        raise InvalidRequest(
+            f"{field}: sample rate {rate!r} Hz; a voice recording needs {MIN_RATE} to "
+            f"{MAX_RATE} Hz",
+            {"field": field},
+        )
+    if frames / rate > MAX_RECORDING_SECONDS:
+        raise InvalidRequest(
+            f"{field}: {frames / rate:.0f} s of audio; a voice recording may be at most "
+            f"{MAX_RECORDING_SECONDS:.0f} s (only the first {MAX_SECONDS:.0f} s are used)",
+            {"field": field},
+        )
+
+
 def read_wav(path: Path, field: str) -> tuple[np.ndarray, int]:
-    """A PCM WAV file as float32 mono samples in [-1, 1] and its sample rate."""
+    """The first 30 s of a PCM WAV file as float32 mono samples in [-1, 1], and its rate."""
+
+    def unreadable(reason: object) -> InvalidRequest:
+        return InvalidRequest(
+            f"{field}: cannot read {path.name} as a PCM WAV file ({reason}); convert it to "
+            "16-bit PCM",
+            {"field": field},
+        )
+
     try:
         with wave.open(str(path), "rb") as source:
             width, channels = source.getsampwidth(), source.getnchannels()
-            rate, data = source.getframerate(), source.readframes(source.getnframes())
+            rate, frames = source.getframerate(), source.getnframes()
+            if width not in _WIDTHS:
+                raise unreadable(f"{8 * width}-bit samples; expected 8, 16, 24 or 32-bit PCM")
+            if not 1 <= channels <= MAX_CHANNELS:
+                raise unreadable(f"{channels} channels; expected 1 to {MAX_CHANNELS}")
+            check_recording(frames, rate, field)
+            data = source.readframes(min(frames, math.ceil(MAX_SECONDS * rate)))
     except (wave.Error, EOFError, OSError) as error:
-        raise InvalidRequest(
-            f"{field}: cannot read {path} as a PCM WAV file ({error}); convert it to 16-bit PCM",
-            {"field": field},
-        ) from None
+        raise unreadable(error) from None
+    data = data[: len(data) - len(data) % (width * channels)]  # a truncated file: whole frames
     if width == 1:  # 8-bit WAV is unsigned
         pcm = (np.frombuffer(data, np.uint8).astype(np.float32) - 128) / 128
     elif width == 3:
@@ -59,35 +97,6 @@ def read_wav(path: Path, field: str) -> tuple[np.ndarray, int]:
         kind = {2: "<i2", 4: "<i4"}[width]
         pcm = np.frombuffer(data, kind).astype(np.float32) / 2 ** (8 * width - 1)
     return pcm.reshape(-1, channels).mean(axis=1), rate
-
-
-def resample(samples: np.ndarray, source_rate: int, target_rate: int) -> np.ndarray:
-    """Band-limited resampling: a Kaiser-windowed sinc evaluated at each output instant.
-
-    Output sample n sits at input time n * down / up (the rates' ratio in lowest terms), so its
-    filter depends only on the phase (n * down) mod up; each block computes the filters of the
-    phases it meets once.
-    """
-    if source_rate == target_rate:
-        return samples.astype(np.float32)
-    common = math.gcd(source_rate, target_rate)
-    up, down = target_rate // common, source_rate // common
-    cutoff = min(1.0, up / down)  # below both Nyquist frequencies
-    half = math.ceil(16 / cutoff)  # taps on each side: 16 zero crossings of the filter
-    count = len(samples) * up // down
-    padded = np.pad(samples.astype(np.float64), (half, half + 1))
-    taps = np.arange(-half + 1, half + 1)
-    out = np.empty(count, np.float64)
-    for start in range(0, count, 8192):  # blocks keep the [outputs, taps] matrix small
-        position = np.arange(start, min(start + 8192, count), dtype=np.int64) * down
-        base, phase = position // up, position % up
-        phases, which = np.unique(phase, return_inverse=True)
-        offset = taps[None, :] - phases[:, None] / up  # [phases, taps]: input minus output time
-        window = np.i0(_BETA * np.sqrt(np.clip(1 - (offset / half) ** 2, 0, None))) / np.i0(_BETA)
-        bank = cutoff * np.sinc(cutoff * offset) * window
-        gathered = padded[base[:, None] + taps + half]  # [block, taps]
-        out[start : start + len(base)] = np.einsum("bt,bt->b", gathered, bank[which])
-    return out.astype(np.float32)
 
 
 def _mel_filters() -> np.ndarray:
@@ -105,8 +114,13 @@ def _mel_filters() -> np.ndarray:
 
 
 def speaker_embedding(samples: np.ndarray, sample_rate: int, field: str = "audio") -> np.ndarray:
-    """The speaker embedding [8] in [-1, 1] of a mono recording at any sample rate."""
+    """The speaker embedding [8] in [-1, 1] of a mono recording at 8 to 192 kHz.
+
+    Only the first 30 s are used; resampling checks the bound call's cancel as it goes.
+    """
+    check_recording(len(samples), sample_rate, field)
     seconds = len(samples) / sample_rate
+    samples = samples[: math.ceil(MAX_SECONDS * sample_rate)]
     if not np.isfinite(samples).all():
         raise InvalidRequest(f"{field}: holds NaN or infinite samples", {"field": field})
     if seconds < MIN_SECONDS:
@@ -114,7 +128,7 @@ def speaker_embedding(samples: np.ndarray, sample_rate: int, field: str = "audio
             f"{field}: {seconds:.2f} s of audio; a voice needs at least {MIN_SECONDS} s",
             {"field": field},
         )
-    x = resample(samples[: math.ceil(MAX_SECONDS * sample_rate)], sample_rate, EMBED_RATE)
+    x = resample(samples, sample_rate, EMBED_RATE)
     x = x.astype(np.float64) - x.mean()
     if np.sqrt(np.mean(x**2)) < 1e-4:
         raise InvalidRequest(f"{field}: is silent; record someone speaking", {"field": field})
@@ -135,35 +149,27 @@ def write_voice(voice_dir: Path, embedding: np.ndarray, meta: dict[str, object])
     return [VOICE_FILE]
 
 
-def load_voice(value: object, field: str = "params.voice") -> np.ndarray:
-    """The embedding of ``value``: a folder written by prepare_voice, or a ``.wav`` file."""
-    if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise InvalidRequest(
-            f"{field}: expected the path of a prepared voice folder or a .wav file, got {value!r}",
-            {"field": field},
-        )
-    path = Path(value)
+def read_voice(path: Path, field: str = "params.voice") -> np.ndarray:
+    """The embedding of an allowed ``path``: a folder written by prepare_voice, or a WAV file."""
     if path.is_dir():
         return _read_voice_file(path / VOICE_FILE, field)
-    if path.is_file() and path.suffix.lower() == ".wav":
-        samples, rate = read_wav(path, field)
-        return speaker_embedding(samples, rate, field)
-    raise InvalidRequest(
-        f"{field}: {path} is neither a voice folder (made by prepare_voice) nor a .wav file",
-        {"field": field},
-    )
+    samples, rate = read_wav(path, field)
+    return speaker_embedding(samples, rate, field)
 
 
 def _read_voice_file(path: Path, field: str) -> np.ndarray:
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        embedding = np.asarray(payload["embedding"], dtype=np.float32)
-        valid = payload.get("format") == FORMAT and embedding.shape == (DIMENSIONS,)
-    except (OSError, ValueError, KeyError, TypeError):
+        with path.open("rb") as file:
+            raw = file.read(_MAX_VOICE_FILE + 1)
+        payload = json.loads(raw) if len(raw) <= _MAX_VOICE_FILE else None
+        embedding = np.asarray(payload["embedding"], dtype=np.float32)  # type: ignore[index]
+        valid = payload.get("format") == FORMAT and embedding.shape == (DIMENSIONS,)  # type: ignore[union-attr]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         valid = False
     if not valid or not np.isfinite(embedding).all():
         raise InvalidRequest(
-            f"{field}: {path} is not a codeclm voice; make one with prepare_voice",
+            f"{field}: {path.parent.name}/{path.name} is not a codeclm voice; make one with "
+            "prepare_voice",
             {"field": field},
         )
     return embedding

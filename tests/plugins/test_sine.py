@@ -68,3 +68,15 @@ def test_capabilities_it_lacks_are_unsupported(sine):
     with pytest.raises(EngineError) as caught:
         sine.call("anything")
     assert caught.value.code == "capability_not_supported"
+
+
+@pytest.mark.parametrize("length", [1001, 100_000])
+def test_text_longer_than_the_declared_limit_is_refused_before_any_work(sine, length):
+    limit = sine.description["limits"]["text_characters"]
+    assert limit == 1000
+    with pytest.raises(EngineError) as caught:
+        audio(sine, "ab " * (length // 3) + "x" * (length % 3))
+    assert caught.value.code == "invalid_request"
+    assert (caught.value.detail["field"], caught.value.detail["limit"]) == ("text", limit)
+    chunks, _ = audio(sine, ("abc " * 250)[:limit], seed=0)
+    assert len(chunks) == 250

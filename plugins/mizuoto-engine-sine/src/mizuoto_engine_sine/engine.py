@@ -3,6 +3,9 @@
 Pitches jitter slightly, drawn from the request's generator, so that a seed means something: the
 same seed gives the same bytes, another seed other bytes. torch is imported inside the methods,
 never at module level, so that importing this module stays cheap.
+
+The text is bounded (``MAX_TEXT_CHARACTERS``, declared in ``describe()``): audio and memory grow
+with every character, so a request larger than any sentence is refused before any work.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from mizuoto_sdk import AudioChunk, Engine, InvalidRequest, LoadedEngine, LoadSp
 SAMPLE_RATE = 16_000
 NOTE_SECONDS = 0.06
 PAUSE_SECONDS = 0.04
+MAX_TEXT_CHARACTERS = 1000  # about a minute of tones at speed 1, four at speed 0.25
 
 
 class SineEngine(Engine):
@@ -30,11 +34,21 @@ class LoadedSine(LoadedEngine):
         self.device = device
 
     def describe(self) -> Mapping[str, object]:
-        return {"sample_rate": SAMPLE_RATE, "device": self.device}
+        return {
+            "sample_rate": SAMPLE_RATE,
+            "device": self.device,
+            "limits": {"text_characters": MAX_TEXT_CHARACTERS},
+        }
 
     def synthesize(
         self, text: str, params: Mapping[str, object], ctx: RequestContext
     ) -> Iterator[AudioChunk]:
+        if len(text) > MAX_TEXT_CHARACTERS:
+            raise InvalidRequest(
+                f"text: {len(text)} characters is more than this engine's "
+                f"{MAX_TEXT_CHARACTERS}; split it and synthesize each part",
+                {"field": "text", "limit": MAX_TEXT_CHARACTERS},
+            )
         words = text.split()
         if not words:
             raise InvalidRequest(

@@ -103,7 +103,34 @@ def _torch_entries() -> Iterator[tuple[str, object]]:
     for module_name in ("torch._dynamo.config", "torch._inductor.config"):
         config = sys.modules.get(module_name)
         if config is not None and hasattr(config, "get_config_copy"):
-            yield module_name, _digest(repr(sorted(config.get_config_copy().items())))
+            changed = _changed_config(config)
+            if changed:
+                yield module_name, _digest(repr(changed))
+
+
+_UNKNOWN = object()
+
+
+def _changed_config(config: object) -> list[tuple[str, object]]:
+    """The entries of a torch config module that differ from their defaults.
+
+    Only those: a config module imported for the first time holds its defaults, so importing
+    one (torch.compile does) is no change, and an entry set away from its default is one.
+    """
+    values = sorted(config.get_config_copy().items())  # type: ignore[attr-defined]
+    declared = getattr(config, "_config", None)  # torch's entries, each with its default
+    if not isinstance(declared, dict):
+        return values
+    changed = []
+    for name, value in values:
+        default = getattr(declared.get(name), "default", _UNKNOWN)
+        try:
+            same = default is not _UNKNOWN and bool(value == default)
+        except Exception:
+            same = False
+        if not same:
+            changed.append((name, repr(value)))
+    return changed
 
 
 def _logging_entries() -> Iterator[tuple[str, object]]:
@@ -128,6 +155,24 @@ def _handler(handler: logging.Handler) -> tuple[str, int, int]:
     return type(handler).__name__, id(handler), handler.level
 
 
+def _interpreter_entries() -> Iterator[tuple[str, object]]:
+    """Interpreter-wide settings a library may flip: limits, hooks, default timeouts."""
+    yield "sys.recursionlimit", sys.getrecursionlimit()
+    yield "sys.switchinterval", sys.getswitchinterval()
+    yield "sys.excepthook", _name(sys.excepthook)
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        yield "threading.excepthook", _name(threading.excepthook)
+    socket = sys.modules.get("socket")
+    if socket is not None:
+        yield "socket.default_timeout", socket.getdefaulttimeout()
+
+
+def _name(function: object) -> str:
+    module = getattr(function, "__module__", None) or ""
+    return f"{module}.{getattr(function, '__qualname__', repr(function))}"
+
+
 def snapshot() -> Snapshot:
     """Read the process state now (cheap: a few milliseconds)."""
     entries: dict[str, object] = {
@@ -136,6 +181,7 @@ def snapshot() -> Snapshot:
         "sys.path": tuple(sys.path),
         "warnings.filters": tuple(map(repr, warnings.filters)),
     }
+    entries.update(_interpreter_entries())
     numpy = sys.modules.get("numpy")
     if numpy is not None and hasattr(numpy, "random"):
         entries["numpy.random.state"] = _digest(numpy.random.get_state(legacy=False))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import sys
 import warnings
 from collections.abc import Callable
@@ -64,7 +65,24 @@ CHANGES: dict[str, tuple[Callable[[], object], str]] = {
         "logging.root.handlers",
     ),
     "warnings": (lambda: warnings.simplefilter("ignore"), "warnings.filters"),
+    "recursion limit": (
+        lambda: sys.setrecursionlimit(sys.getrecursionlimit() + 7),
+        "sys.recursionlimit",
+    ),
+    "switch interval": (lambda: sys.setswitchinterval(0.0123), "sys.switchinterval"),
+    "excepthook": (lambda: setattr(sys, "excepthook", lambda *a: None), "sys.excepthook"),
+    "socket timeout": (lambda: socket.setdefaulttimeout(3.5), "socket.default_timeout"),
+    "inductor config": (
+        lambda: setattr(_inductor_config(), "max_autotune", True),
+        "torch._inductor.config",
+    ),
 }
+
+
+def _inductor_config():
+    import torch._inductor.config as config
+
+    return config
 
 
 @pytest.fixture
@@ -86,6 +104,10 @@ def restore():
         list(warnings.filters),
         logging.getLogger().level,
         list(logging.getLogger().handlers),
+        sys.getrecursionlimit(),
+        sys.getswitchinterval(),
+        sys.excepthook,
+        socket.getdefaulttimeout(),
     )
     yield
     (
@@ -104,7 +126,17 @@ def restore():
         filters,
         level,
         handlers,
+        limit,
+        interval,
+        hook,
+        timeout,
     ) = saved
+    sys.setrecursionlimit(limit)
+    sys.setswitchinterval(interval)
+    sys.excepthook = hook
+    socket.setdefaulttimeout(timeout)
+    if "torch._inductor.config" in sys.modules:
+        sys.modules["torch._inductor.config"].max_autotune = False
     torch.set_rng_state(rng)
     np.random.set_state(np_state)
     random.setstate(py_state)
@@ -156,3 +188,12 @@ def test_a_private_generator_changes_nothing():
     torch.rand(3, generator=torch.Generator().manual_seed(0))
     np.random.default_rng(0).random(3)
     assert before.diff(snapshot()) == []
+
+
+def test_a_torch_config_module_at_its_defaults_is_no_entry(restore):
+    """A fresh process's baseline may predate torch.compile's lazy import of its config
+    modules: only entries set away from their defaults are state."""
+    config = _inductor_config()
+    assert "torch._inductor.config" not in snapshot().entries
+    config.max_autotune = True
+    assert "torch._inductor.config" in snapshot().entries

@@ -1,8 +1,10 @@
-"""``mizuoto-contract ENGINE_OR_DISTRIBUTION... [--device D] [--check ID]... [--list]
-[--json FILE] [--junit FILE]``.
+"""``mizuoto-contract ENGINE_OR_DISTRIBUTION... [--device D] [--check ID]... [--text TEXT]
+[--fail-fast] [--list] [--json FILE] [--junit FILE]`` (also ``python -m mizuoto_contract``).
 
-Exit 0 when every check passed or was skipped for a capability the engine lacks; 1 on any
-failure, unexpected pass, or core check that could not run; 2 for a usage mistake.
+Each check's result is printed as it ends, a failure with its rule, what was expected and seen,
+the engine's own file:line, and the fix. Exit 0 when every check passed, xfailed, or was skipped
+for a capability the engine lacks; 1 on any failure, unexpected pass, or check skipped for any
+other reason; 2 for a usage mistake.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 
 from mizuoto_contract.registry import STATUSES, CheckResult
 
+_WIDTH = 34
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -24,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("targets", nargs="*", metavar="ENGINE_OR_DISTRIBUTION")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--check", action="append", dest="checks", metavar="ID")
+    parser.add_argument(
+        "--text", default=None, help="what the checks speak (default: three sentences)"
+    )
+    parser.add_argument(
+        "--fail-fast", action="store_true", help="stop at the first result that fails the run"
+    )
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument("--json", type=Path, metavar="FILE")
     parser.add_argument("--junit", type=Path, metavar="FILE")
@@ -47,17 +57,15 @@ def _list() -> int:
     return 0
 
 
-def _print(engine: str, device: str, results: Sequence[CheckResult]) -> None:
-    print(f"\n{engine} on {device}")
-    width = max(len(r.id) for r in results)
-    for result in results:
-        first = result.message.splitlines()[0] if result.message else ""
-        print(f"  {result.status:<8} {result.id:<{width}}  {first}".rstrip())
-    for result in results:
-        if result.status in ("failed", "xpass"):
-            print(f"\n  [{result.id}] {result.rule}")
-            for line in result.message.splitlines():
-                print(f"    {line}")
+def _print_result(result: CheckResult) -> None:
+    """One line per check as it ends; a failure's full report right below it."""
+    first = result.message.splitlines()[0] if result.message else ""
+    print(f"  {result.status:<8} {result.id:<{_WIDTH}}  {first}".rstrip(), flush=True)
+    if result.status in ("failed", "xpass"):
+        print(f"\n    [{result.id}] {result.rule}")
+        for line in result.message.splitlines():
+            print(f"      {line}")
+        print(flush=True)
 
 
 def _junit(runs: list[tuple[str, str, list[CheckResult]]], path: Path) -> None:
@@ -105,9 +113,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks_by_id(args.checks)
         engines = [e for target in args.targets for e in engines_for(target, discovery)]
         for engine in engines:
-            results = run_contract(engine, args.device, args.checks, discovery)
+            print(f"\n{engine} on {args.device}", flush=True)
+            results = run_contract(
+                engine,
+                args.device,
+                args.checks,
+                discovery,
+                text=args.text,
+                on_result=_print_result,
+                fail_fast=args.fail_fast,
+            )
             runs.append((engine, args.device, results))
-            _print(engine, args.device, results)
+            if args.fail_fast and any(r.bad for r in results):
+                break
     except ContractUsageError as error:
         print(f"mizuoto-contract: error: {error}", file=sys.stderr)
         return 2

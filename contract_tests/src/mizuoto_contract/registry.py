@@ -17,12 +17,14 @@ STATUSES: tuple[str, ...] = ("passed", "failed", "xfail", "xpass", "skipped")
 
 
 class Fail(Exception):
-    """Raised by a check: the engine broke the rule. Say what was expected and what was seen."""
+    """Raised by a check: the engine broke the rule. Say what was expected and what was seen,
+    and (``where``) the engine's own ``file:line`` when its code is at fault."""
 
-    def __init__(self, expected: str, observed: str) -> None:
+    def __init__(self, expected: str, observed: str, where: str | None = None) -> None:
         super().__init__(f"expected {expected}; observed {observed}")
         self.expected = expected
         self.observed = observed
+        self.where = where
 
 
 class Skip(Exception):
@@ -32,7 +34,9 @@ class Skip(Exception):
 @attrs.frozen
 class Check:
     """One rule of the contract. ``id`` never changes once released; ``needs`` lists the
-    manifest capabilities (or ``stochastic``) without which the check does not apply."""
+    manifest capabilities (or ``stochastic``) without which the check does not apply;
+    ``requires`` the checks whose failure this one would only repeat (it is then skipped with
+    "see <id>", so that one cause is reported once)."""
 
     id: str
     rule: str
@@ -41,6 +45,7 @@ class Check:
     tier: Tier
     function: Callable[[Subject], None] = attrs.field(eq=False, repr=False)
     needs: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
 
 
 class ContractViolation(AssertionError):
@@ -74,10 +79,11 @@ class CheckResult:
 
     @property
     def bad(self) -> bool:
-        """Counts against the run: a failure, an unexpected pass, or a core check not run."""
+        """Counts against the run: a failure, an unexpected pass, or a check that could not run
+        for another reason than a capability the engine lacks (any tier)."""
         if self.status in ("failed", "xpass"):
             return True
-        return self.status == "skipped" and self.tier == "core" and not self.capability_skip
+        return self.status == "skipped" and not self.capability_skip
 
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "status": self.status, "rule": self.rule, "message": self.message}

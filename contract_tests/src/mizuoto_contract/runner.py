@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mizuoto_contract.checks import ALL
+from mizuoto_contract import isolated
+from mizuoto_contract.checks import ALL, ISOLATED
 from mizuoto_contract.registry import Check, CheckResult, Fail, Skip
 from mizuoto_contract.subject import Subject
+from mizuoto_contract.trace import short_traceback
 from mizuoto_sdk import Discovery, EngineRecord
 from mizuoto_sdk.discovery import normalize_name
 
@@ -50,9 +51,19 @@ def _record(engine_id: str, discovery: Discovery) -> EngineRecord:
     raise ContractUsageError(f"no engine {engine_id!r}")
 
 
-def subject_for(engine_id: str, device: str = "cpu", discovery: Discovery | None = None) -> Subject:
+def subject_for(
+    engine_id: str,
+    device: str = "cpu",
+    discovery: Discovery | None = None,
+    text: str | None = None,
+) -> Subject:
     discovery = discovery or Discovery()
-    return Subject(engine_id, device, _record(engine_id, discovery), discovery)
+    subject = Subject(engine_id, device, _record(engine_id, discovery), discovery)
+    if text is not None:
+        if not isinstance(text, str) or not text.strip():
+            raise ContractUsageError(f"text: expected some words to speak, got {text!r}")
+        subject.text = text
+    return subject
 
 
 def _needs_met(subject: Subject, check: Check) -> str | None:
@@ -66,8 +77,22 @@ def _needs_met(subject: Subject, check: Check) -> str | None:
     return None
 
 
-def run_check(subject: Subject, check: Check) -> CheckResult:
-    """Run one check; expected failures from the manifest turn into xfail / xpass."""
+def _crash(subject: Subject, error: Exception) -> str:
+    where = subject.where(error)
+    lines = [f"the check crashed on the engine: {type(error).__name__}: {error}"]
+    if where is not None:
+        lines.append(f"at {where}")
+    return "\n".join(lines) + "\n" + short_traceback(error)
+
+
+def run_check(
+    subject: Subject, check: Check, earlier: Mapping[str, CheckResult] | None = None
+) -> CheckResult:
+    """Run one check; expected failures from the manifest turn into xfail / xpass.
+
+    ``earlier`` holds the results so far: a check whose ``requires`` failed is skipped, naming
+    the failed check, so that one cause is reported once.
+    """
 
     def result(status: str, message: str = "", capability: bool = False) -> CheckResult:
         return CheckResult(
@@ -91,17 +116,24 @@ def run_check(subject: Subject, check: Check) -> CheckResult:
     missing = _needs_met(subject, check)
     if missing is not None:
         return result("skipped", missing, capability=True)
+    for required in check.requires:
+        cause = (earlier or {}).get(required)
+        if cause is not None and cause.status in ("failed", "xfail"):
+            if cause.status == "xfail":
+                return result("xfail", f"not run: see {required} (an expected failure)")
+            return result("skipped", f"not run: see {required}, whose failure this would repeat")
     reason = subject.manifest.expected_failures.get(check.id)
     try:
         check.function(subject)
     except Fail as failure:
-        message = f"expected {failure.expected}\nobserved {failure.observed}\nfix: {check.fix}"
+        where = f"\nat {failure.where}" if failure.where else ""
+        message = (
+            f"expected {failure.expected}\nobserved {failure.observed}{where}\nfix: {check.fix}"
+        )
     except Skip as skip:
         return result("skipped", str(skip))
     except Exception as error:
-        message = f"the check crashed on the engine: {type(error).__name__}: {error}\n" + "".join(
-            traceback.format_exception(error)[-3:]
-        )
+        message = _crash(subject, error)
     else:
         if reason is not None:
             return result("xpass", f"declared an expected failure ({reason}) but passed")
@@ -116,12 +148,20 @@ def run_contract(
     device: str = "cpu",
     checks: Sequence[str] | None = None,
     discovery: Discovery | None = None,
+    *,
+    text: str | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+    fail_fast: bool = False,
 ) -> list[CheckResult]:
-    """Run the contract (or the named checks) against one engine on one device."""
+    """Run the contract (or the named checks) against one engine on one device.
+
+    ``on_result`` is called with each result as its check ends; ``fail_fast`` stops after the
+    first result that counts against the run. ``text`` is what the checks speak.
+    """
     import numpy  # noqa: F401 - imported before snapshots, so that importing is not a change
     import torch  # noqa: F401
 
-    subject = subject_for(engine_id, device, discovery)
+    subject = subject_for(engine_id, device, discovery, text)
     known = {c.id for c in ALL}
     stale = sorted(set(subject.manifest.expected_failures) - known)
     if stale:
@@ -129,4 +169,21 @@ def run_contract(
             f"engine {engine_id!r} declares expected failures for unknown checks {stale}; "
             "remove them or fix the ids (see `mizuoto-contract --list`)"
         )
-    return [run_check(subject, check) for check in checks_by_id(checks)]
+    selected = checks_by_id(checks)
+    if subject.record.status == "ok" and any(c.id in ISOLATED for c in selected):
+        isolated.start(subject)  # runs in the background while the other checks run here
+    # The checks that read the fresh process run last, while it works in the background.
+    order = [c for c in selected if c.id not in ISOLATED] + [
+        c for c in selected if c.id in ISOLATED
+    ]
+    results: dict[str, CheckResult] = {}
+    try:
+        for check in order:
+            results[check.id] = run_check(subject, check, results)
+            if on_result is not None:
+                on_result(results[check.id])
+            if fail_fast and results[check.id].bad:
+                break
+    finally:
+        isolated.stop(subject)
+    return [results[c.id] for c in selected if c.id in results]

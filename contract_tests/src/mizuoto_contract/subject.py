@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -27,7 +29,13 @@ from mizuoto_sdk.host import EngineRequest, LocalHandle, RuntimeService
 
 STREAMING = ("synthesize", "convert", "edit")
 SEED = 1234
-TEXT = "Mizuoto checks every engine with this sentence, one word after another, to the end."
+# Several sentences, so that an engine streaming a chunk per sentence has more than one chunk
+# to cancel between; ``--text`` names another input.
+TEXT = (
+    "Mizuoto checks every engine with these sentences. "
+    "It reads them one word after another, to the end. "
+    "Then it asks again, and listens for the same answer."
+)
 
 
 def sample_audio(seconds: float = 0.5, sample_rate: int = 16_000) -> AudioChunk:
@@ -52,12 +60,18 @@ class NotLoadable(Skip):
 
 @attrs.define
 class Subject:
-    """One engine on one device, with fresh hosts on demand."""
+    """One engine on one device, with fresh hosts on demand.
+
+    ``shared`` holds what several checks read from one piece of work (the isolated run in a fresh
+    process), so that it runs once per engine.
+    """
 
     engine_id: str
     device: str
     record: EngineRecord
     discovery: Discovery
+    text: str = TEXT
+    shared: dict[str, Any] = attrs.field(factory=dict, repr=False)
 
     @property
     def manifest(self) -> EngineManifest:
@@ -69,8 +83,8 @@ class Subject:
         """The streaming capability the checks exercise (synthesize first), or None."""
         return next((c for c in STREAMING if c in self.manifest.capabilities), None)
 
-    def service(self) -> RuntimeService:
-        return RuntimeService(discovery=self.discovery)
+    def service(self, settings: Mapping[str, object] | None = None) -> RuntimeService:
+        return RuntimeService(settings, discovery=self.discovery)
 
     def load(self, service: RuntimeService | None = None) -> LocalHandle:
         """A freshly loaded model (a new host each time unless ``service`` is given).
@@ -94,8 +108,9 @@ class Subject:
             return False
         return True
 
-    def arguments(self, text: str = TEXT) -> tuple[Any, ...]:
+    def arguments(self, text: str | None = None) -> tuple[Any, ...]:
         """The inputs of ``capability``, before params."""
+        text = self.text if text is None else text
         return {
             "synthesize": (text,),
             "convert": (sample_audio(),),
@@ -103,20 +118,15 @@ class Subject:
         }[self.capability or "synthesize"]
 
     def stream(
-        self, handle: LocalHandle, request: EngineRequest | None = None, text: str = TEXT
+        self, handle: LocalHandle, request: EngineRequest | None = None
     ) -> Iterator[AudioChunk]:
         """The host's stream of the checked capability."""
         method = getattr(handle, self.capability or "synthesize")
-        return method(*self.arguments(text), request)
+        return method(*self.arguments(), request)
 
-    def audio(self, handle: LocalHandle, seed: int, text: str = TEXT) -> bytes:
+    def audio(self, handle: LocalHandle, seed: int) -> bytes:
         """All of a seeded stream's samples, as bytes, through the host."""
-        import numpy as np
-
-        chunks = [
-            c.samples for c in self.stream(handle, EngineRequest(params={"seed": seed}), text)
-        ]
-        return np.concatenate(chunks).tobytes() if chunks else b""
+        return join(list(self.stream(handle, EngineRequest(params={"seed": seed}))))
 
     def close_early(self, handle: LocalHandle) -> EngineError | None:
         """Take one chunk of a seeded stream, then close it; the error closing raised, if any.
@@ -132,27 +142,12 @@ class Subject:
             return error
         return None
 
-    def cancel_midway(self, handle: LocalHandle) -> bool:
-        """Take one chunk, cancel, drain; True when the stream ended in CancelledError.
+    def cancel_midway(self, handle: LocalHandle) -> str:
+        """Cancel a seeded host stream while it works: ``"cancelled"`` when it ended in
+        CancelledError within the bound, else the outcome (see ``interrupt.Interrupted``)."""
+        from mizuoto_contract.interrupt import interrupt_host
 
-        Another EngineError instead (an engine that replaces the cancel) is False too: stream.cancel
-        reports it, and the other checks that cancel carry on past it.
-        """
-        from mizuoto_sdk import CancelledError
-
-        request = EngineRequest(params={"seed": SEED})
-        stream = self.stream(handle, request)
-        next(stream)
-        request.cancel()
-        time.sleep(0.05)  # the host's watcher forwards a cancel within 20 ms
-        try:
-            for _ in stream:
-                pass
-        except CancelledError:
-            return True
-        except EngineError:
-            return False
-        return False
+        return interrupt_host(self, handle).outcome
 
     @contextlib.contextmanager
     def direct(self, ctx: RequestContext) -> Iterator[None]:
@@ -167,30 +162,93 @@ class Subject:
         handle: LocalHandle,
         ctx: RequestContext,
         params: Mapping[str, object] | None = None,
-        text: str = TEXT,
     ) -> object:
         """What the engine's own method returns (no host in between)."""
         method = getattr(handle.loaded, self.capability or "synthesize")
         with self.direct(ctx):
-            return method(*self.arguments(text), dict(params or {}), ctx)
+            return method(*self.arguments(), dict(params or {}), ctx)
 
-    def in_child(self, body: str, expected: str, timeout: float = 600) -> object:
-        """Run ``body`` in a fresh interpreter that sees the same plugins; the JSON value its
-        last line prints. A failing child is a Fail saying ``expected`` and its last error line."""
-        script = "import json, sys, time\n" + textwrap.dedent(body)
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
+    def sources(self) -> list[Path]:
+        """The folders (or files) of the engine's top-level packages: its implementation and its
+        plugin module. A frame in them is the engine's own code."""
+        modules = [self.manifest.implementation.partition(":")[0]]
+        _, _, value = self.record.entry_point.partition(" = ")
+        if value.partition(":")[0].replace(".", "").isidentifier():
+            modules.append(value.partition(":")[0])
+        roots: list[Path] = []
+        for module in modules:
+            try:
+                spec = importlib.util.find_spec(module.split(".")[0])
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                continue
+            if spec.submodule_search_locations:
+                roots.extend(Path(p).resolve() for p in spec.submodule_search_locations)
+            elif spec.origin:
+                roots.append(Path(spec.origin).resolve())
+        return sorted(set(roots))
+
+    def where(self, error: BaseException) -> str | None:
+        """``file:line in function`` of the innermost frame of the engine's own code that
+        ``error`` (or an exception it was raised from) passed through; None when none did."""
+        from mizuoto_contract.trace import engine_frame
+
+        return engine_frame(error, self.sources())
+
+    def in_child(
+        self, arguments: list[str], environment: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Start a fresh interpreter that sees the same plugins, with a hash seed of its own.
+
+        Python salts ``hash()`` per process unless PYTHONHASHSEED fixes it; CI runners often do,
+        and a child inheriting the parent's value would hide hash-dependent output.
+        """
+        path = os.pathsep.join(p for p in sys.path if p)
+        env = {**os.environ, "PYTHONPATH": path, **(environment or {})}
+        env["PYTHONHASHSEED"] = str(_other_hash_seed(os.environ.get("PYTHONHASHSEED")))
+        return subprocess.Popen(
+            [sys.executable, *arguments],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-            env=environment,
-            check=False,
+            env=env,
         )
-        if done.returncode != 0:
-            last = done.stderr.strip().splitlines()[-1:] or ["no output"]
-            raise Fail(expected, f"exit {done.returncode}: {last[0]}")
-        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def run_child(self, body: str, expected: str, timeout: float = 600) -> Any:
+        """Run ``body`` in a fresh interpreter; the JSON value its last line prints. A failing
+        child is a Fail saying ``expected`` and its last error line."""
+        script = "import json, sys, time\n" + textwrap.dedent(body)
+        child = self.in_child(["-c", script])
+        return child_result(child, expected, timeout)
+
+
+def child_result(child: subprocess.Popen[str], expected: str, timeout: float) -> Any:
+    """The JSON value of the child's last output line; a Fail when it failed or timed out."""
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise Fail(expected, f"no answer within {timeout:.0f} s") from None
+    if child.returncode != 0:
+        last = err.strip().splitlines()[-1:] or ["no output"]
+        raise Fail(expected, f"exit {child.returncode}: {last[0]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _other_hash_seed(parent: str | None) -> int:
+    while True:
+        seed = secrets.randbelow(2**32 - 1) + 1
+        if str(seed) != parent:
+            return seed
+
+
+def join(chunks: list[AudioChunk]) -> bytes:
+    """The samples of host chunks (float32 mono), concatenated, as bytes."""
+    import numpy as np
+
+    return np.concatenate([c.samples for c in chunks]).tobytes() if chunks else b""
 
 
 def digest(data: bytes) -> str:

@@ -1,13 +1,35 @@
-"""Every contract check, in the order they run: discovery, load, determinism, streams, hygiene."""
+"""Every contract check, in the order they run: discovery, load, stream basics, determinism,
+streams, global state, resources, inputs and errors."""
 
-from mizuoto_contract.checks import determinism, discovery, errors, load, state, streaming
+from mizuoto_contract.checks import (
+    determinism,
+    discovery,
+    errors,
+    load,
+    resources,
+    state,
+    streaming,
+)
 from mizuoto_contract.registry import Check
 
 ALL: tuple[Check, ...] = (
     *discovery.CHECKS,
     *load.CHECKS,
+    *streaming.BASICS,
     *determinism.CHECKS,
     *streaming.CHECKS,
     *state.CHECKS,
+    *resources.CHECKS,
     *errors.CHECKS,
+)
+
+# Checks that read the run in a fresh process (mizuoto_contract.isolated), started early.
+ISOLATED = frozenset(
+    {
+        "load.global_state",
+        "determinism.fresh_process",
+        "globals.untouched",
+        "resources.no_processes",
+        "resources.no_temp_files",
+    }
 )

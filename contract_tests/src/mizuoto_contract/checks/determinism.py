@@ -6,11 +6,14 @@ import contextlib
 import random
 from collections.abc import Iterator
 
+from mizuoto_contract import isolated
+from mizuoto_contract.checks.concurrency import concurrent
+from mizuoto_contract.checks.state import STREAM_OUTPUT
 from mizuoto_contract.registry import Check, Fail, Skip
 from mizuoto_contract.subject import SEED, Subject, digest
 
 
-def _differ(first: bytes, second: bytes) -> str:
+def differ(first: bytes, second: bytes) -> str:
     if len(first) != len(second):
         return f"{len(first) // 4} samples, then {len(second) // 4}"
     index = next(i for i in range(0, len(first), 4) if first[i : i + 4] != second[i : i + 4])
@@ -42,7 +45,7 @@ def fresh_loads(subject: Subject) -> None:
     second = subject.audio(subject.load(), SEED)
     if first != second:
         raise Fail(
-            "bitwise-identical audio from two fresh loads with one seed", _differ(first, second)
+            "bitwise-identical audio from two fresh loads with one seed", differ(first, second)
         )
 
 
@@ -52,7 +55,7 @@ def same_handle(subject: Subject) -> None:
     if first != second:
         raise Fail(
             "the same audio from one loaded model called twice with one seed",
-            _differ(first, second),
+            differ(first, second),
         )
 
 
@@ -68,17 +71,20 @@ def fresh_process(subject: Subject) -> None:
             "differs (see determinism.fresh_loads and determinism.global_rng_independent)"
         )
     here = digest(audio)
-    there = subject.in_child(
-        f"""
-        from mizuoto_contract.runner import subject_for
-        from mizuoto_contract.subject import digest
-        s = subject_for({subject.engine_id!r}, {subject.device!r})
-        print(json.dumps(digest(s.audio(s.load(), {SEED}))))
-    """,
-        "the engine to run in a fresh interpreter",
-    )
+    seen = isolated.report(subject)
+    there = seen.get("digest")
+    if there is None:
+        error = seen.get("error") or {"phase": "call", "message": "no audio"}
+        raise Fail(
+            "the engine to run in a fresh process",
+            f"its {error['phase']} failed: {error['message']}",
+            error.get("where"),
+        )
     if there != here:
-        raise Fail("the same audio bytes in a fresh process", f"sha256 {here} here, {there} there")
+        raise Fail(
+            "the same audio bytes in a fresh process (with a hash seed of its own)",
+            f"sha256 {here} here, {there} there",
+        )
 
 
 def global_rng_independent(subject: Subject) -> None:
@@ -91,7 +97,7 @@ def global_rng_independent(subject: Subject) -> None:
     if first != second:
         raise Fail(
             "output independent of the global torch/numpy/random generators",
-            f"reseeding them changed the audio ({_differ(first, second)})",
+            f"reseeding them changed the audio ({differ(first, second)})",
         )
 
 
@@ -113,6 +119,7 @@ CHECKS = (
         "core",
         fresh_loads,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "determinism.same_handle",
@@ -122,6 +129,7 @@ CHECKS = (
         "core",
         same_handle,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "determinism.fresh_process",
@@ -131,6 +139,20 @@ CHECKS = (
         "core",
         fresh_process,
         ("streaming",),
+        requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "determinism.concurrent",
+        "Two calls at once on one loaded model give the audio they give one after the other.",
+        "A server answers requests from many threads on one model; state shared between calls "
+        "(a generator, a cache, a buffer reused in place) mixes them up. Run fully resident and, "
+        "for an engine with handles, under a memory budget that streams its layers.",
+        "Keep per-call state in locals or the RequestContext; never write to shared modules "
+        "or buffers during a call; guard caches with a lock.",
+        "core",
+        concurrent,
+        ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "determinism.global_rng_independent",
@@ -141,6 +163,7 @@ CHECKS = (
         "core",
         global_rng_independent,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "determinism.seed_matters",
@@ -150,5 +173,6 @@ CHECKS = (
         "core",
         seed_matters,
         ("streaming", "stochastic"),
+        requires=STREAM_OUTPUT,
     ),
 )

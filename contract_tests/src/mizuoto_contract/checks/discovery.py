@@ -10,7 +10,7 @@ IMPORT_BUDGET_SECONDS = 1.5
 
 
 def _child(subject: Subject, body: str) -> dict[str, object]:
-    return subject.in_child(body, "the import to succeed in a fresh interpreter", timeout=300)
+    return subject.run_child(body, "the import to succeed in a fresh interpreter", timeout=300)
 
 
 def _plugin_module(subject: Subject) -> str:

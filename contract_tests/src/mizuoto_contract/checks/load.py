@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from mizuoto_contract.checks.state import load_leaves_state
 from mizuoto_contract.registry import Check, Fail, Skip
 from mizuoto_contract.subject import NotLoadable, Subject
-from mizuoto_runtime.snapshot import snapshot
 from mizuoto_sdk import EngineError
 from mizuoto_sdk.manifest import device_type
 
@@ -30,15 +30,6 @@ def loads_on_device(subject: Subject) -> None:
             raise Skip(str(error)) from None
         raise Fail(f"a model loaded on {subject.device}", f"[{error.code}] {error}") from None
     handle.engine.unload()
-
-
-def load_leaves_state(subject: Subject) -> None:
-    before = snapshot()
-    handle = subject.load()
-    changes = before.diff(snapshot())
-    handle.engine.unload()
-    if changes:
-        raise Fail("no process state changed by load", "; ".join(map(str, changes)))
 
 
 def _modules(value: object, depth: int = 0) -> Iterator[object]:
@@ -98,9 +89,12 @@ CHECKS = (
     ),
     Check(
         "load.global_state",
-        "Loading changes no process state (RNGs, flags, env, cwd, ...).",
-        "Engines share the process: a seed or flag set during load changes everybody's results.",
-        "Use ctx.generator_for()/ops.default for weights; pass dtypes and devices explicitly.",
+        "Importing and loading the engine change no process state (RNGs, flags, env, cwd, ...).",
+        "Engines share the process: a seed or flag set at import or load changes everybody's "
+        "results. Measured in a fresh process against a baseline taken before the engine's "
+        "code is imported, so no spelling and no earlier check hides a change.",
+        "Use ctx.generator_for()/ops.default for weights; pass dtypes and devices explicitly; "
+        "set nothing process-wide at import.",
         "core",
         load_leaves_state,
     ),

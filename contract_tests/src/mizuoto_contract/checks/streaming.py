@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 
+from mizuoto_contract.checks.state import STREAM_OUTPUT
+from mizuoto_contract.interrupt import STOP_BOUND_SECONDS, interrupt_engine, interrupt_host
 from mizuoto_contract.registry import Check, Fail, Skip
-from mizuoto_contract.subject import SEED, Subject
+from mizuoto_contract.subject import SEED, Subject, join
+from mizuoto_contract.trace import generator_frame
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, CancelledError, EngineError, OperationTimeoutError
+from mizuoto_sdk.host import EngineRequest
 
-STOP_BOUND_SECONDS = 2.0
 LAZY_BOUND_SECONDS = 0.05
 
 
@@ -57,7 +61,8 @@ def chunks_valid(subject: Subject) -> None:
     handle = subject.load()
     ctx = RequestContext(seed=SEED)
     iterator = iter(subject.engine_stream(handle, ctx))  # type: ignore[call-overload]
-    rates = set()
+    roots = subject.sources()
+    rates: list[int] = []
     count = 0
     while True:
         with subject.direct(ctx):
@@ -65,19 +70,25 @@ def chunks_valid(subject: Subject) -> None:
         if chunk is None:
             break
         count += 1
+        where = generator_frame(iterator, roots)  # the engine's yield of this chunk
         if not isinstance(chunk, AudioChunk):
-            raise Fail("every chunk a mizuoto_sdk.AudioChunk", type(chunk).__name__)
+            kind = f"{type(chunk).__module__}.{type(chunk).__qualname__}"
+            raise Fail("every chunk a mizuoto_sdk.AudioChunk", f"chunk {count - 1}: {kind}", where)
         samples = chunk.samples
         samples = samples.detach().float().cpu().numpy() if hasattr(samples, "detach") else samples
         if samples.shape[-1] == 0:
-            raise Fail("non-empty chunks", f"chunk {count - 1} has no samples")
+            raise Fail("non-empty chunks", f"chunk {count - 1} has no samples", where)
         if not np.isfinite(samples).all():
-            raise Fail("finite samples", f"chunk {count - 1} holds NaN or inf")
-        rates.add(chunk.sample_rate)
+            raise Fail("finite samples", f"chunk {count - 1} holds NaN or inf", where)
+        if rates and chunk.sample_rate != rates[0]:
+            raise Fail(
+                "one sample rate per stream",
+                f"chunk {count - 1} at {chunk.sample_rate} Hz, earlier ones at {rates[0]} Hz",
+                where,
+            )
+        rates.append(chunk.sample_rate)
     if count == 0:
         raise Fail("at least one chunk", "an empty stream")
-    if len(rates) > 1:
-        raise Fail("one sample rate per stream", f"rates {sorted(rates)}")
 
 
 def early_close(subject: Subject) -> None:
@@ -106,33 +117,28 @@ def early_close(subject: Subject) -> None:
 
 def _stops(subject: Subject, reason: str, error_type: type[EngineError]) -> None:
     handle = subject.load()
-    ctx = RequestContext(seed=SEED)
-    iterator = subject.engine_stream(handle, ctx)
-    _first(subject, ctx, iterator)
-    ctx.cancel(reason)
-    started = time.perf_counter()
-    try:
-        _first(subject, ctx, iterator)
-    except StopIteration:
-        raise Skip("the stream had one chunk: nothing left to stop") from None
-    except error_type:
-        elapsed = time.perf_counter() - started
-        if elapsed > STOP_BOUND_SECONDS:
-            raise Fail(f"a stop within {STOP_BOUND_SECONDS} s", f"{elapsed:.2f} s") from None
-        return
-    except Exception as error:
-        raise Fail(
-            f"{error_type.__name__} from ctx.check_cancel()", f"{type(error).__name__}: {error}"
-        ) from None
-    finally:
-        iterator.close()  # type: ignore[attr-defined]
-    raise Fail(f"{error_type.__name__} at the next step after ctx.cancel()", "another chunk")
+    seen = interrupt_engine(subject, handle, RequestContext(seed=SEED), reason)
+    if seen.outcome in (reason, "finished"):
+        return  # stopped in time, or ended in time with nothing left to stop
+    where = subject.where(seen.error) if seen.error is not None else None
+    raise Fail(
+        f"{error_type.__name__} from the engine within {STOP_BOUND_SECONDS} s of "
+        f"ctx.cancel({reason!r}), during a step or at the next one",
+        seen.describe(),
+        where,
+    )
 
 
 def cancel(subject: Subject) -> None:
     _stops(subject, "cancelled", CancelledError)
-    if not subject.cancel_midway(subject.load()):
-        raise Fail("CancelledError through the host after cancel", "the stream ran to its end")
+    seen = interrupt_host(subject, subject.load())
+    if seen.outcome != "cancelled":
+        raise Fail(
+            f"CancelledError through the host within {STOP_BOUND_SECONDS} s of a cancel "
+            "(a longer --text gives a short stream work to cancel)",
+            seen.describe(),
+            subject.where(seen.error) if seen.error is not None else None,
+        )
 
 
 def timeout(subject: Subject) -> None:
@@ -145,14 +151,58 @@ def reuse_after_abort(subject: Subject) -> None:
     if subject.audio(handle, SEED) != first:
         raise Skip("not run: repeated calls already differ (see determinism.same_handle)")
     subject.close_early(handle)
-    subject.cancel_midway(handle)
+    if subject.cancel_midway(handle) != "cancelled":
+        raise Skip("not run: the stream cannot be cancelled (see stream.cancel)")
     if subject.audio(handle, SEED) != first:
         raise Fail(
             "the first run's audio again after an early close and a cancel", "different audio"
         )
 
 
-CHECKS = (
+def equivalence(subject: Subject) -> None:
+    """Chunks pulled one at a time, each from a thread of its own (as a server's thread pool
+    does), against the whole output computed in one step by the host's ``collect``."""
+    from mizuoto_contract.checks.determinism import differ
+
+    handle = subject.load()
+    stream = subject.stream(handle, EngineRequest(params={"seed": SEED}))
+    chunks: list[AudioChunk] = []
+    while True:
+        pulled: list[object] = []
+
+        def pull(out: list[object] = pulled) -> None:
+            try:
+                out.append(next(stream))
+            except StopIteration:
+                out.append(None)
+            except BaseException as error:
+                out.append(error)
+
+        worker = threading.Thread(target=pull, name="mizuoto-contract-pull", daemon=True)
+        worker.start()
+        worker.join()
+        [item] = pulled
+        if item is None:
+            break
+        if isinstance(item, BaseException):
+            raise item
+        chunks.append(item)  # type: ignore[arg-type]
+    streamed = join(chunks)
+    whole = handle.collect(
+        subject.capability or "synthesize",
+        *subject.arguments(),
+        request=EngineRequest(params={"seed": SEED}),
+    )
+    if whole.samples.tobytes() != streamed:
+        raise Fail(
+            "the concatenated stream equal to the same request's whole output (collect)",
+            differ(whole.samples.tobytes(), streamed),
+        )
+
+
+# Run before the determinism checks: most later checks read whole streams through the host,
+# and a bad chunk is reported once, here, instead of as a crash in each of them.
+BASICS = (
     Check(
         "stream.generator",
         "The streaming capability returns a generator of chunks.",
@@ -181,6 +231,21 @@ CHECKS = (
         chunks_valid,
         ("streaming",),
     ),
+)
+
+CHECKS = (
+    Check(
+        "stream.equivalence",
+        "The chunks of a stream, concatenated, equal the same request's whole output.",
+        "Clients that stream and clients that wait for the file must hear the same take, "
+        "whichever thread pulls each chunk.",
+        "Keep per-request state in the generator's locals or the RequestContext, not in "
+        "thread-locals or in what the consumer's pace decides.",
+        "streaming",
+        equivalence,
+        ("streaming",),
+        requires=STREAM_OUTPUT,
+    ),
     Check(
         "stream.early_close",
         "Closing the stream after one chunk runs the engine's cleanup and frees the model.",
@@ -189,24 +254,30 @@ CHECKS = (
         "streaming",
         early_close,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "stream.cancel",
-        "After a cancel the engine stops at its next step with CancelledError.",
+        f"A cancel, during a step or between chunks, ends the stream with CancelledError "
+        f"within {STOP_BOUND_SECONDS:g} s.",
         "Users cancel long takes; an engine that never checks keeps the device busy.",
-        "Call ctx.check_cancel() between steps and let its CancelledError propagate.",
+        "Call ctx.check_cancel() between steps and inside long ones (or wait with "
+        "ctx.wait_cancelled()), and let its CancelledError propagate.",
         "streaming",
         cancel,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "stream.timeout",
-        "After a timeout the engine stops with OperationTimeoutError.",
+        f"A timeout, during a step or between chunks, ends the stream with "
+        f"OperationTimeoutError within {STOP_BOUND_SECONDS:g} s.",
         "The server enforces time limits through the same context.",
         "Let the errors of ctx.check_cancel() propagate; do not catch and replace them.",
         "streaming",
         timeout,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
     Check(
         "stream.reuse_after_abort",
@@ -216,5 +287,6 @@ CHECKS = (
         "streaming",
         reuse_after_abort,
         ("streaming",),
+        requires=STREAM_OUTPUT,
     ),
 )

@@ -19,7 +19,16 @@ def manifest(engine_id: str, implementation: str, **fields: object) -> EngineMan
     )
 
 
-def broken(check_id: str, implementation: str | None = None, **fields: object) -> EngineManifest:
-    """Engine ``broken-<check id, dots as dashes>``, by default from the module of that name."""
-    implementation = implementation or f"mizuoto_broken.{check_id.replace('.', '_')}:Engine"
-    return manifest("broken-" + check_id.replace(".", "-"), implementation, **fields)
+def broken(
+    check_id: str,
+    implementation: str | None = None,
+    *,
+    variant: str | None = None,
+    **fields: object,
+) -> EngineManifest:
+    """Engine ``broken-<check id, dots as dashes>[--<variant>]``, by default from the module
+    ``<check id, dots as underscores>[__<variant>]``."""
+    module = check_id.replace(".", "_") + (f"__{variant}" if variant else "")
+    implementation = implementation or f"mizuoto_broken.{module}:Engine"
+    engine_id = "broken-" + check_id.replace(".", "-") + (f"--{variant}" if variant else "")
+    return manifest(engine_id, implementation, **fields)

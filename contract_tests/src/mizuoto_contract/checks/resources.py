@@ -1,0 +1,223 @@
+"""Checks that an engine gives back what it takes: memory, threads, processes, files."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from collections.abc import Iterator
+
+from mizuoto_contract.checks.state import STREAM_OUTPUT, phases_report
+from mizuoto_contract.registry import Check, Fail
+from mizuoto_contract.subject import SEED, Subject
+
+# Left after these phases, a process or file is a leak: later calls compare with what the first
+# call left (a worker or cache made once is allowed), unload with the start.
+_LEAK_PHASES = ("second call", "early close", "cancel", "unload")
+_MAX_DEPTH = 8
+
+
+def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
+    """Every nn.Module and tensor reachable from the loaded engine, with the path to it.
+
+    Follows attributes, containers, ModelHandles and modules' own attributes; stops at classes,
+    functions and modules, and at the SDK's, runtime's and libraries' own objects.
+    """
+    import torch
+
+    from mizuoto_runtime.handle import ModelHandle
+
+    seen: set[int] = set()
+    stack: list[tuple[str, object, int]] = [("loaded", loaded, 0)]
+    while stack:
+        path, value, depth = stack.pop()
+        if id(value) in seen or depth > _MAX_DEPTH:
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            yield path, value
+        elif isinstance(value, torch.nn.Module):
+            yield path, value
+            for name, module in value.named_children():
+                stack.append((f"{path}.{name}", module, depth + 1))
+            for name, tensor in [
+                *value.named_parameters(recurse=False),
+                *value.named_buffers(recurse=False),
+            ]:
+                stack.append((f"{path}.{name}", tensor, depth + 1))
+            for name, item in vars(value).items():
+                if not name.startswith("_"):
+                    stack.append((f"{path}.{name}", item, depth + 1))
+        elif isinstance(value, ModelHandle):
+            stack.append((f"{path}.module", value.module, depth + 1))
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        elif isinstance(value, dict):
+            stack.extend((f"{path}[{k!r}]", item, depth + 1) for k, item in value.items())
+        elif _owned(value):
+            stack.extend((f"{path}.{k}", item, depth + 1) for k, item in vars(value).items())
+
+
+def _owned(value: object) -> bool:
+    """An instance of the engine's own (or a user's) class, worth looking inside."""
+    kind = type(value)
+    if not hasattr(value, "__dict__") or isinstance(value, type) or callable(value):
+        return False
+    top = kind.__module__.partition(".")[0]
+    return top not in ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime", "types")
+
+
+def _weak(loaded: object) -> list[tuple[str, weakref.ref[object]]]:
+    """Weak references to what ``_reachable`` finds (in a function of its own, so that no
+    local variable of the check keeps the last one alive)."""
+    refs = []
+    for path, value in _reachable(loaded):
+        try:
+            refs.append((path, weakref.ref(value)))
+        except TypeError:
+            continue
+    return refs
+
+
+def unload_releases(subject: Subject) -> None:
+    service = subject.service()
+    handle = subject.load(service)
+    if subject.capability is not None:
+        subject.audio(handle, SEED)
+    refs = _weak(handle.loaded)
+    service.unload()
+    del handle, service
+    gc.collect()
+    alive = [(path, ref()) for path, ref in refs if ref() is not None]
+    if alive:
+        alive.sort(key=lambda item: (item[0].count(".") + item[0].count("["), item[0]))
+        names = ", ".join(f"{path} ({type(value).__name__})" for path, value in alive[:5])
+        more = f" and {len(alive) - 5} more" if len(alive) > 5 else ""
+        raise Fail(
+            "the loaded engine, its handles' modules and their tensors freed after unload",
+            f"still referenced: {names}{more} (gc.get_referrers shows by whom)",
+        )
+
+
+def _exercise(subject: Subject) -> None:
+    """Load, a full call, an early close, a cancel, and unload: everything a server does."""
+    service = subject.service()
+    handle = subject.load(service)
+    if subject.capability is not None:
+        subject.audio(handle, SEED)
+        subject.close_early(handle)
+        subject.cancel_midway(handle)
+    service.unload()
+
+
+def no_threads(subject: Subject) -> None:
+    before = set(threading.enumerate())
+    _exercise(subject)
+    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    for thread in left:
+        thread.join(timeout=0.5)
+    left = [t.name for t in left if t.is_alive()]
+    if left:
+        raise Fail("no thread left running after unload", ", ".join(left))
+
+
+def no_processes(subject: Subject) -> None:
+    left = phases_report(subject, "processes", _LEAK_PHASES)
+    if left:
+        raise Fail(
+            "no child process left behind by a call, a close, a cancel or unload (fresh process)",
+            "; ".join(left),
+        )
+
+
+def no_temp_files(subject: Subject) -> None:
+    left = phases_report(subject, "temp_files", _LEAK_PHASES)
+    if left:
+        raise Fail(
+            "no temporary file left behind by a call, a close, a cancel or unload "
+            "(fresh process, its own temporary folder)",
+            "; ".join(left),
+        )
+
+
+def _tracked_bytes(service: object) -> int:
+    rows = service.runtime.manager.loaded()  # type: ignore[attr-defined]
+    return sum(
+        int(r["resident_bytes"]) + int(r["streamed_bytes"]) + int(r["host_bytes"]) for r in rows
+    )
+
+
+def reload(subject: Subject) -> None:
+    from mizuoto_contract.checks.determinism import differ
+
+    service = subject.service()
+    before = _tracked_bytes(service)
+    first = subject.audio(subject.load(service), SEED)
+    service.unload()
+    between = _tracked_bytes(service)
+    second = subject.audio(subject.load(service), SEED)
+    service.unload()
+    after = _tracked_bytes(service)
+    if first != second:
+        raise Fail(
+            "the first load's audio from a load after unload (one host)", differ(first, second)
+        )
+    if (between, after) != (before, before):
+        raise Fail(
+            f"the memory the manager tracks back to {before} B after each unload",
+            f"{between} B after the first unload, {after} B after the second",
+        )
+
+
+CHECKS = (
+    Check(
+        "resources.unload_releases",
+        "After unload, the loaded engine, its modules (handles included) and tensors are freed.",
+        "A reference kept after unload keeps the weights in device and host memory.",
+        "Drop references in LoadedEngine.unload(); keep no module or tensor in globals or caches.",
+        "core",
+        unload_releases,
+        requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "resources.no_threads",
+        "No thread the engine started is left running after unload.",
+        "Leaked threads keep the process alive and the device busy.",
+        "Join worker threads when the call or the model ends.",
+        "core",
+        no_threads,
+        requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "resources.no_processes",
+        "No child process is left behind by a call, an early close, a cancel or unload.",
+        "An engine wrapping a program that never kills or reaps it fills the process table and "
+        "keeps working after the caller gave up.",
+        "Kill the program on cancel and close (try/finally around the stream), wait() for it, "
+        "and stop long-lived helpers in LoadedEngine.unload().",
+        "core",
+        no_processes,
+        requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "resources.no_temp_files",
+        "No temporary file is left behind by a call, an early close, a cancel or unload.",
+        "A server runs for months; files left per call fill its disk.",
+        "Use tempfile.TemporaryDirectory() (or remove files in finally), also on cancel.",
+        "core",
+        no_temp_files,
+        requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "resources.reload",
+        "Load, unload and load again gives the first load's audio; tracked memory returns.",
+        "A server unloads and reloads models as memory and settings change; a reload must be "
+        "the same model.",
+        "Never transform a cached checkpoint in place; rebuild load state from scratch; "
+        "give back every handle on unload.",
+        "core",
+        reload,
+        ("streaming",),
+        requires=STREAM_OUTPUT,
+    ),
+)

@@ -1,0 +1,206 @@
+"""The engine's whole life in a fresh process, measured against a baseline taken before any of
+its code was imported.
+
+In the process that runs the checks, earlier checks have already imported and loaded the engine,
+so a change it makes the same way every time (an environment variable, the working directory, a
+global seed drawn at load) is in place before any later "before" snapshot. Here the baseline comes
+first; then the engine is imported, loaded, called twice, closed early, cancelled and unloaded,
+with process state, child processes and temporary files read after each phase. The child also
+has a hash seed and a temporary folder of its own, and reports the digest of its seeded audio for
+determinism.fresh_process. One run serves every check that reads it.
+
+    python -m mizuoto_contract.isolated ENGINE DEVICE TEXT   (prints one JSON line)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mizuoto_contract.subject import Subject
+
+PHASES = ("import", "load", "call", "second call", "early close", "cancel", "unload")
+_TIMEOUT_SECONDS = 600.0
+
+
+def start(subject: Subject) -> None:
+    """Start the isolated run in the background (once per subject)."""
+    if "isolated" in subject.shared or "isolated_report" in subject.shared:
+        return
+    folder = tempfile.mkdtemp(prefix="mizuoto-contract-")
+    environment = {
+        "TMPDIR": folder,
+        "TEMP": folder,
+        "TMP": folder,
+        "MIZUOTO_PLUGINS": subject.record.distribution,
+    }
+    arguments = ["-m", "mizuoto_contract.isolated", subject.engine_id, subject.device]
+    child = subject.in_child([*arguments, subject.text], environment)
+    subject.shared["isolated"] = (child, folder)
+    subject.shared.setdefault("owned_pids", set()).add(child.pid)
+
+
+def report(subject: Subject) -> dict[str, Any]:
+    """The isolated run's report, waiting for it if needed (starting it if nobody did)."""
+    from mizuoto_contract.subject import child_result
+
+    start(subject)
+    cached = subject.shared.get("isolated_report")
+    if cached is None:
+        child, folder = subject.shared["isolated"]
+        try:
+            cached = child_result(
+                child, "the engine's life to run in a fresh process", _TIMEOUT_SECONDS
+            )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        subject.shared["isolated_report"] = cached
+    return cached
+
+
+def stop(subject: Subject) -> None:
+    """End an isolated run nobody read (a run cut short) and remove its folder."""
+    started = subject.shared.pop("isolated", None)
+    if started is None or "isolated_report" in subject.shared:
+        return
+    child, folder = started
+    if child.poll() is None:
+        child.kill()
+    child.communicate()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def child_processes(exclude: frozenset[int] = frozenset()) -> dict[int, str]:
+    """This process's child processes (zombies too): pid -> ``state command``."""
+    me, found = os.getpid(), {}
+    if os.path.isdir("/proc/self"):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    line = stat.read()
+            except OSError:
+                continue
+            name, _, rest = line.rpartition(")")
+            fields = rest.split()
+            if len(fields) > 1 and int(fields[1]) == me:
+                found[int(entry)] = f"{fields[0]} {name.partition('(')[2]}"
+    else:
+        listing = subprocess.Popen(
+            ["ps", "-A", "-o", "pid=,ppid=,stat=,comm="], stdout=subprocess.PIPE, text=True
+        )
+        out, _ = listing.communicate()
+        for row in out.splitlines():
+            parts = row.split(None, 3)
+            if len(parts) == 4 and int(parts[1]) == me and int(parts[0]) != listing.pid:
+                found[int(parts[0])] = f"{parts[2]} {parts[3]}"
+    return {pid: what for pid, what in found.items() if pid not in exclude}
+
+
+def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
+    import gc
+
+    import numpy  # noqa: F401 - imported before the baseline, so that importing is no change
+    import torch  # noqa: F401
+
+    import mizuoto_runtime.runtime  # noqa: F401
+    from mizuoto_contract.runner import subject_for
+    from mizuoto_contract.subject import SEED, digest
+    from mizuoto_runtime.snapshot import snapshot
+    from mizuoto_sdk import Discovery
+
+    temp = tempfile.gettempdir()
+    baseline = snapshot()
+    processes0, temps0 = child_processes(), set(os.listdir(temp))
+    out: dict[str, Any] = {"state": {}, "processes": {}, "temp_files": {}}
+    state: dict[str, Any] = {"previous": baseline}
+
+    def measure(phase: str, processes: dict[int, str], temps: set[str]) -> None:
+        now = snapshot()
+        # Changed in this phase and not back to the baseline (a load's change that unload
+        # undoes is the load's, not the unload's).
+        moved = {c.name for c in baseline.diff(now)}
+        changes = [c for c in state["previous"].diff(now) if c.name in moved]
+        if changes:
+            out["state"][phase] = [str(c) for c in changes]
+        state["previous"] = now
+        extra = {p: w for p, w in child_processes().items() if p not in processes}
+        if extra:
+            out["processes"][phase] = [f"pid {p} ({w})" for p, w in sorted(extra.items())]
+        left = sorted(set(os.listdir(temp)) - temps)
+        if left:
+            out["temp_files"][phase] = [os.path.join(temp, name) for name in left]
+
+    def run(phase: str, body: Callable[[], None], processes=None, temps=None) -> bool:
+        try:
+            body()
+        except Exception as error:
+            from mizuoto_contract.trace import engine_frame
+
+            where = engine_frame(error, names["subject"].sources()) if "subject" in names else None
+            from mizuoto_contract.trace import short_traceback
+
+            message = f"{type(error).__name__}: {error}"
+            out["error"] = {"phase": phase, "message": message, "where": where}
+            out["error"]["traceback"] = short_traceback(error, limit=6)
+            return False
+        measure(
+            phase,
+            processes0 if processes is None else processes,
+            temps0 if temps is None else temps,
+        )
+        return True
+
+    names: dict[str, Any] = {}
+
+    def imported() -> None:
+        names["subject"] = subject_for(engine_id, device, Discovery())
+        names["subject"].text = text
+        names["subject"].discovery.get_engine(engine_id)
+
+    if not run("import", imported):
+        return out
+    subject = names["subject"]
+
+    def loaded() -> None:
+        names["service"] = subject.service()
+        names["handle"] = subject.load(names["service"])
+
+    if not run("load", loaded):
+        return out
+    if subject.capability is not None:
+
+        def call() -> None:
+            out["digest"] = digest(subject.audio(names["handle"], SEED))
+
+        if not run("call", call):
+            return out
+        after_call = (child_processes(), set(os.listdir(temp)))
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("second call", lambda: subject.audio(names["handle"], SEED)),
+            ("early close", lambda: subject.close_early(names["handle"])),
+            ("cancel", lambda: out.__setitem__("cancel", subject.cancel_midway(names["handle"]))),
+        ]
+        for phase, body in steps:
+            if not run(phase, body, *after_call):  # type: ignore[arg-type]
+                return out
+
+    def unloaded() -> None:
+        names["service"].unload()
+        names.pop("handle")
+        gc.collect()
+
+    run("unload", unloaded)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(_main(*sys.argv[1:4])))

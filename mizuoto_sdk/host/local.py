@@ -159,6 +159,15 @@ class LocalHandle:
             raise self._invalid("audio", f"expected an AudioChunk, got {type(audio).__name__}")
         return audio
 
+    def collect(
+        self, capability: str, *arguments: object, request: EngineRequest | None = None
+    ) -> AudioChunk:
+        """The whole output of a streaming capability as one chunk, computed in one step
+        (``collect("synthesize", text)``); see ``mizuoto_sdk.host.collect``."""
+        from mizuoto_sdk.host.collect import collect
+
+        return collect(self, capability, arguments, request)
+
 
 class LocalEngine:
     """One engine on one device: imports the implementation on first use, loads its models."""

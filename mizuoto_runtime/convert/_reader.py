@@ -2,8 +2,10 @@
 
 Each message type has a schema (field number -> name and kind) taken from ``onnx.in.proto``;
 fields not in a schema are skipped. Structural checks that protobuf itself would not make (a
-tensor's data matching its shape, external data staying in the model's directory, a bound on
-subgraph nesting) happen here, so a model that parses is one whose tensors can be read.
+tensor's data matching its shape and fitting numpy, external data staying in the model's
+directory, a bound on subgraph nesting) happen here, so a model that parses is one whose tensors
+can be read. Every message read is charged to an ``Allowance`` (memory bounded by a multiple of
+the file's size, cancel checked as the parse goes).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from mizuoto_runtime.context import current_context
 from mizuoto_runtime.convert._model import (
     AttributeValue,
     OnnxAttribute,
@@ -29,10 +32,18 @@ from mizuoto_runtime.convert._tensor import (
     ExternalFiles,
     OnnxTensor,
     TensorData,
+    checked_shape,
     external_slice,
     typed_values,
 )
-from mizuoto_runtime.convert._wire import Message, OnnxFormatError, Schema, Span, decode
+from mizuoto_runtime.convert._wire import (
+    Allowance,
+    Message,
+    OnnxFormatError,
+    Schema,
+    Span,
+    decode,
+)
 
 MAX_GRAPH_DEPTH = 32
 """Subgraphs (If/Loop/Scan bodies) nest at most this deep; deeper is treated as corrupt. Each
@@ -164,9 +175,10 @@ class _Reader:
         self.buf = buf
         self.directory = directory
         self.files = ExternalFiles()
+        self.allowance = Allowance(len(buf), _check_cancel)
 
     def read(self, spans: Sequence[Span], schema: Schema, where: str) -> Message:
-        return decode(self.buf, spans, schema, where)
+        return decode(self.buf, spans, schema, where, self.allowance)
 
     def model(self) -> OnnxModel:
         message = self.read([(0, len(self.buf))], _MODEL, "model")
@@ -315,9 +327,7 @@ class _Reader:
         if code not in DATA_TYPES:
             raise OnnxFormatError(f"{label}: data type {code} is not one this reader knows")
         data_type = DATA_TYPES[code]
-        dims = tuple(values["dims"].tolist())
-        if any(size < 0 for size in dims):
-            raise OnnxFormatError(f"{label}: negative dimension in {list(dims)}")
+        dims = checked_shape(values["dims"], data_type, label)
         if "segment" in values:
             raise OnnxFormatError(f"{label}: segmented tensors are not supported")
         count = math.prod(dims)
@@ -344,6 +354,12 @@ class _Reader:
         else:
             data = TensorData(typed=typed_values(values, data_type, count, label))
         return OnnxTensor(name=name, data_type=code, dims=dims, data=data)
+
+
+def _check_cancel() -> None:
+    ctx = current_context()
+    if ctx is not None:
+        ctx.check_cancel()
 
 
 def _present(values: dict, key: str) -> bool:

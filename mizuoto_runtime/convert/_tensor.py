@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from mizuoto_runtime.convert._wire import OnnxFormatError
+from mizuoto_runtime.paths import allowed_trees, resolves_inside
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -87,6 +88,28 @@ DATA_TYPES = _types(
     (28, "float6e3m2", "u1", 6, "int32_data", True),
 )
 """Every ONNX element type this reader decodes, by TensorProto.DataType code."""
+
+
+MAX_DIMS = 64
+"""Tensors have at most this many dimensions: numpy's (and torch's) own limit."""
+_INDEX_LIMIT = int(np.iinfo(np.intp).max)
+
+
+def checked_shape(dims: np.ndarray, data_type: OnnxDataType, label: str) -> tuple[int, ...]:
+    """``dims`` as a tuple, once it is known that numpy and torch can hold that shape."""
+    if dims.size > MAX_DIMS:
+        raise OnnxFormatError(
+            f"{label}: {dims.size} dimensions; numpy and torch hold at most {MAX_DIMS}"
+        )
+    shape = tuple(dims.tolist())
+    if any(size < 0 for size in shape):
+        raise OnnxFormatError(f"{label}: negative dimension in {list(shape)}")
+    itemsize = np.dtype(data_type.numpy_dtype).itemsize
+    if math.prod(size for size in shape if size) * itemsize > _INDEX_LIMIT:
+        raise OnnxFormatError(
+            f"{label}: shape {list(shape)} holds more elements than numpy can index"
+        )
+    return shape
 
 
 class ExternalFiles:
@@ -268,8 +291,9 @@ def external_slice(
     files: ExternalFiles,
     label: str,
 ) -> ExternalSlice:
-    """Check an external_data reference and find its file; a location must stay inside the
-    model's directory, so a model cannot make the reader open files elsewhere."""
+    """Check an external_data reference and find its file; a location must resolve inside the
+    model's directory (or its Hugging Face cache entry, whose blobs the directory links to), so
+    a model cannot make the reader open files elsewhere."""
     location = pairs.get("location", "")
     if data_type.bits == 0:
         raise OnnxFormatError(f"{label}: string tensors cannot use external data")
@@ -286,10 +310,10 @@ def external_slice(
             f"{label}: external data location {location!r} is absolute; "
             "it must be relative to the model's directory"
         )
-    try:
+    try:  # inside the model's folder, or its Hugging Face cache entry (mizuoto_runtime.paths)
         base = directory.resolve()
         target = (base / location).resolve()
-        inside = target.is_relative_to(base)
+        inside = resolves_inside(directory / location, allowed_trees(directory))
         size = target.stat().st_size if inside and target.is_file() else None
     except (OSError, RuntimeError, ValueError) as error:
         raise OnnxFormatError(f"{label}: external data {location!r}: {error}") from None

@@ -4,6 +4,11 @@ Every length is checked against the bytes left in its enclosing message before a
 or allocated, so a corrupt file fails with an ``OnnxFormatError`` that names the byte offset and
 the field, instead of reading past the end, hanging, or allocating what a bad length asks for.
 Offsets are absolute positions in the buffer being read, which for a model file is the file.
+
+A field of two bytes can become a Python object of a few hundred, so what the parser keeps is
+also bounded: an ``Allowance`` is charged for every field kept and refuses the model once the
+charges pass ``MEMORY_FACTOR`` x the buffer's size + ``MEMORY_FLOOR`` (the charges are set at or
+above what CPython measurably spends on each kind of field).
 """
 
 from __future__ import annotations
@@ -19,6 +24,14 @@ _MAX_VARINT_BYTES = 10
 _WIRE_NAMES = ("varint", "fixed64", "length-delimited", "start-group", "end-group", "fixed32")
 
 Span = tuple[int, int]
+
+MEMORY_FACTOR = 32
+"""What the parsed model may take in Python memory, as a multiple of the file's size..."""
+MEMORY_FLOOR = 64 * 2**20
+"""...plus this many bytes, so any small model parses whatever its shape."""
+MESSAGE_COST = 400  # a decoded message and the record made from it
+FIELD_COST = 240  # a kept field: its value or span, its list slot, a tuple
+_COST_PER_BYTE = {"string": 1, "int64": 8, "int32": 8, "uint64": 8, "float": 4, "double": 8}
 
 
 class OnnxFormatError(ValueError):
@@ -204,6 +217,34 @@ def _empty(dtype: str) -> np.ndarray:
 _EMPTY = {kind: _empty(_SIGNED.get(kind, storage)) for kind, storage in _STORAGE.items()}
 
 
+class Allowance:
+    """The Python memory a parse may still spend; charged per message and field kept.
+
+    Each ``spend`` also checks the bound request's cancel every few thousand charges, so a call
+    that parses a large graph stops when it is cancelled or times out.
+    """
+
+    __slots__ = ("charges", "check", "left", "limit")
+
+    def __init__(self, size: int, check: object = None) -> None:
+        self.limit = MEMORY_FACTOR * size + MEMORY_FLOOR
+        self.left = self.limit
+        self.charges = 0
+        self.check = check
+
+    def spend(self, cost: int, where: str) -> None:
+        self.left -= cost
+        self.charges += 1
+        if self.left < 0:
+            raise OnnxFormatError(
+                f"{where}: the model's records would take more than {self.limit} bytes of "
+                f"memory ({MEMORY_FACTOR} x the file's size + {MEMORY_FLOOR >> 20} MiB); "
+                "refused as a file built to exhaust memory"
+            )
+        if self.check is not None and self.charges % 4096 == 0:
+            self.check()  # type: ignore[operator]
+
+
 class Schema:
     """One message type: its name (for errors) and, by field number, each field's name and kind.
 
@@ -239,17 +280,28 @@ class Message:
         return self.values.get(name, default)
 
 
-def decode(buf: memoryview, spans: Sequence[Span], schema: Schema, where: str) -> Message:
+def decode(
+    buf: memoryview,
+    spans: Sequence[Span],
+    schema: Schema,
+    where: str,
+    allowance: Allowance | None = None,
+) -> Message:
     """Decode one message from ``spans``; several spans are occurrences of a singular embedded
-    message, which protobuf merges as if they were one."""
+    message, which protobuf merges as if they were one. ``allowance`` is charged for it."""
     context = f"{where} ({schema.message})"
     decoded = Message()
     values, last_seen, fields = decoded.values, decoded.last_seen, schema.fields
     sequence = 0
+    if allowance is not None:
+        allowance.spend(MESSAGE_COST, context)
     for start, end in spans:
         for field in iter_fields(buf, start, end, context, schema):
             entry = fields.get(field[0])
             if entry is not None:
+                if allowance is not None:
+                    per_byte = _COST_PER_BYTE.get(entry[1], 0)
+                    allowance.spend(FIELD_COST + per_byte * (field[4] - field[3]), context)
                 _store(buf, field, entry, values, context)
                 last_seen[entry[0]] = sequence
                 sequence += 1

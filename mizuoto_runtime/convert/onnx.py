@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model = load_onnx(options.model)
         summary = describe(model) if options.json else None
-    except (OSError, OnnxFormatError) as error:
+    except (OSError, ValueError, MemoryError, RecursionError) as error:  # OnnxFormatError too
         print(f"error: {options.model}: {error}", file=sys.stderr)
         return 2
     if summary is not None:

@@ -95,6 +95,9 @@ def test_voices_outside_the_allowed_folders_get_one_answer(codeclm, root, tmp_pa
     assert len(set(messages.values())) == 1, messages
     assert "outside" not in next(iter(messages.values()))
     assert "not a codeclm voice" in str(refusal(codeclm, voice=names[-1]))
+    (root / "linked").mkdir()  # a voice folder whose voice.json links out of the roots
+    (root / "linked" / "voice.json").symlink_to(tmp_path / "prepared" / "voice.json")
+    assert "not a codeclm voice" in str(refusal(codeclm, voice="linked"))
 
 
 def test_a_voice_is_found_by_name_or_path_inside_a_root(codeclm, root):
@@ -183,7 +186,7 @@ def test_a_timeout_stops_a_long_resample(codeclm, tmp_path):
     with pytest.raises(EngineError) as caught:
         codeclm.prepare_voice(recording, tmp_path / "v", request)
     assert caught.value.code == "operation_timeout"
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 1.5  # stops in about 0.3 s; the whole took 18 s before
 
 
 def test_a_lone_surrogate_in_the_text_is_an_invalid_request(codeclm):

@@ -159,6 +159,8 @@ def read_voice(path: Path, field: str = "params.voice") -> np.ndarray:
 
 def _read_voice_file(path: Path, field: str) -> np.ndarray:
     try:
+        if path.resolve().parent != path.parent.resolve():  # a link out of the voice folder
+            raise ValueError(path)
         with path.open("rb") as file:
             raw = file.read(_MAX_VOICE_FILE + 1)
         payload = json.loads(raw) if len(raw) <= _MAX_VOICE_FILE else None

@@ -54,7 +54,11 @@ class AtomicFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        # A short name of its own: any output name the file system accepts must work.
+        # The name itself is asked first (a name too long fails here, not at the final rename);
+        # the temporary file has a short name of its own, so any name the file system accepts
+        # works.
+        with contextlib.suppress(FileNotFoundError):
+            os.lstat(self.path)
         self.temporary = self.path.with_name(f".mizuoto-{secrets.token_hex(6)}.part")
         # os.open with 0o666 lets the umask decide the mode, as for any file the user writes.
         os.close(os.open(self.temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))

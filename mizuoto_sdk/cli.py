@@ -198,7 +198,11 @@ def _synth(args: argparse.Namespace) -> int:
 
     if not args.text.strip():
         raise _Usage("TEXT is empty: give the words to synthesize")
-    if args.output.is_dir():
+    try:
+        is_folder = args.output.is_dir()
+    except OSError as error:  # a name too long for the file system, a loop of links ...
+        raise _Usage(f"cannot write {args.output}: {error.strerror or error}") from None
+    if is_folder:
         raise _Usage(f"-o {args.output} is a folder; give a file name such as out.wav")
     started = time.perf_counter()
     service = RuntimeService()

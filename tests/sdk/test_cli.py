@@ -93,6 +93,7 @@ def test_synth_is_deterministic_under_a_seed_and_writes_a_valid_wav(tmp_path, ca
         ),
         (["synth", "sine", "  ", "-o", "{tmp}/x.wav"], "TEXT is empty"),
         (["synth", "sine", "hi", "-o", "{tmp}/missing/x.wav"], "cannot write"),
+        (["synth", "sine", "hi", "-o", "{tmp}/" + "a" * 300 + ".wav"], "cannot write"),
         (["synth", "sine", "hi", "-o", "{tmp}"], "is a folder"),
         (["synth", "sine", "hi", "-o", "{tmp}/x.wav", "--dtype", "fp8"], "[invalid_request]"),
         (["synth", "sine", "hi", "-o", "{tmp}/x.wav", "--device", "tpu"], "[invalid_request]"),

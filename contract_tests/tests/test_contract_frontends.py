@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -242,3 +244,85 @@ def test_parametrize_contract_in_an_engine_authors_own_pytest_run(tmp_path):
     }
     assert "[load.describe_json] describe() returns a JSON-serialisable mapping." in out
     assert "1 failed, 3 passed, 1 xfailed" in out
+
+
+def test_python_dash_m_behaves_exactly_like_the_script():
+    script = shutil.which("mizuoto-contract")
+    assert script is not None, "the mizuoto-contract script is not installed"
+    for arguments in (["--list"], ["--check", "no.such_check", "sine"], []):
+        by_script = subprocess.run(
+            [script, *arguments], capture_output=True, text=True, timeout=120, check=False
+        )
+        by_module = subprocess.run(
+            [sys.executable, "-m", "mizuoto_contract", *arguments],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        seen = (by_module.returncode, by_module.stdout, by_module.stderr)
+        assert seen == (by_script.returncode, by_script.stdout, by_script.stderr), arguments
+
+
+def test_each_result_is_handed_over_as_its_check_ends(corpus):
+    from mizuoto_contract import run_contract
+
+    handed: list[tuple[str, float]] = []
+    checks = ["load.device", "load.describe_json", "stream.chunks_valid"]
+    results = run_contract(
+        "corpus-good",
+        checks=checks,
+        on_result=lambda r: handed.append((r.id, time.perf_counter())),
+    )
+    finished = time.perf_counter()
+    assert [i for i, _ in handed] == checks == [r.id for r in results]
+    # The first result arrived before the last check began.
+    last = results[-1]
+    assert handed[0][1] <= finished - last.seconds
+
+
+def test_fail_fast_stops_at_the_first_result_that_fails_the_run(corpus, capsys):
+    code = main(["broken-load-describe_json", "--fail-fast"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "failed   load.describe_json" in out
+    assert "errors.invalid_input" not in out and "stream.lazy" not in out
+
+
+def test_one_cause_is_reported_once_with_the_engines_own_file_and_line(corpus, capsys):
+    code = main(["broken-stream-chunks_valid--wrong_type"])
+    out = capsys.readouterr().out
+    assert code == 1
+    failed = [line.split()[1] for line in out.splitlines() if line.startswith("  failed ")]
+    assert failed == ["stream.chunks_valid"], out
+    source = CORPUS / "mizuoto_broken" / "stream_chunks_valid__wrong_type.py"
+    line = next(
+        n for n, text in enumerate(source.read_text().splitlines(), 1) if "yield samples" in text
+    )
+    assert f"at {source}:{line} in synthesize" in out, out
+    skipped = [line for line in out.splitlines() if line.startswith("  skipped ")]
+    assert skipped and all("see stream.chunks_valid" in line for line in skipped), skipped
+
+
+def test_a_skip_for_another_reason_than_a_capability_fails_the_run_in_every_tier():
+    from mizuoto_contract.cli import totals
+    from mizuoto_contract.registry import CheckResult
+
+    def skipped(tier: str, capability: bool) -> CheckResult:
+        return CheckResult("stream.x", "e", "cpu", "skipped", "r.", tier, "why", 0.0, capability)
+
+    assert skipped("streaming", capability=False).bad
+    assert skipped("core", capability=False).bad
+    assert not skipped("streaming", capability=True).bad
+    assert totals([skipped("streaming", False), skipped("core", True)])["bad"] == 1
+
+
+def test_text_names_the_input_and_a_check_that_cannot_do_its_job_fails(corpus, capsys):
+    # One word is one chunk, produced at once: no cancel can happen through the host.
+    code = main(["corpus-good", "--check", "stream.cancel", "--text", "Hello."])
+    out = capsys.readouterr().out
+    assert code == 1 and "failed   stream.cancel" in out and "--text" in out
+    assert main(["corpus-good", "--check", "stream.cancel"]) == 0
+    capsys.readouterr()
+    assert main(["corpus-good", "--text", "   "]) == 2
+    assert "text: expected some words" in capsys.readouterr().err

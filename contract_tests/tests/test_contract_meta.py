@@ -35,10 +35,16 @@ CORPUS_DISTRIBUTIONS = {
 }
 CHECK_IDS = [check.id for check in ALL]
 _MODULES = {check.replace(".", "_"): check for check in CHECK_IDS}
+# In the package, or beside it when the breakage would show in the static scan of every corpus
+# engine (the scan reads an implementation's whole top-level package).
+_VARIANT_FILES = [
+    *(CORPUS / "mizuoto_broken").glob("[a-z]*__*.py"),
+    *CORPUS.glob("mizuoto_broken_*__*.py"),
+]
 VARIANTS = sorted(
     "broken-" + _MODULES[module].replace(".", "-") + "--" + variant
     for module, _, variant in (
-        p.stem.partition("__") for p in (CORPUS / "mizuoto_broken").glob("[a-z]*__*.py")
+        p.stem.removeprefix("mizuoto_broken_").partition("__") for p in _VARIANT_FILES
     )
 )
 
@@ -60,9 +66,9 @@ def broken_engines(discovery: Discovery) -> dict[str, str]:
     }
 
 
-def _module(engine: str) -> str:
-    check, _, variant = engine.removeprefix("broken-").partition("--")
-    return "mizuoto_broken." + check.replace("-", "_") + (f"__{variant}" if variant else "")
+def _module(engine: str, discovery: Discovery) -> str:
+    """The module of the engine's implementation."""
+    return discovery.manifest(engine).implementation.partition(":")[0]
 
 
 def _table(results: list[CheckResult]) -> str:
@@ -78,9 +84,9 @@ def _acceptable(result: CheckResult, broken: tuple[str, ...]) -> bool:
     )
 
 
-def _restore(engine: str) -> None:
+def _restore(engine: str, discovery: Discovery) -> None:
     """Undo what the broken engine left behind on purpose (its module's ``restore()``)."""
-    module = sys.modules.get(_module(engine))
+    module = sys.modules.get(_module(engine, discovery))
     restore = getattr(module, "restore", None)
     if restore is not None:
         restore()
@@ -104,8 +110,8 @@ def _assert_fails_only(engine: str, corpus: Discovery) -> None:
     try:
         results = run_contract(engine, discovery=corpus)
     finally:
-        _restore(engine)
-    breaks = getattr(sys.modules.get(_module(engine)), "BREAKS", (check_id,))
+        _restore(engine, corpus)
+    breaks = getattr(sys.modules.get(_module(engine, corpus)), "BREAKS", (check_id,))
     assert [r.id for r in results] == CHECK_IDS
     for broken in breaks:
         [target] = [r for r in results if r.id == broken]

@@ -30,6 +30,7 @@ STOP_BOUND_SECONDS = 2.0
 # A first step still running after this long is interrupted while busy.
 BUSY_SECONDS = 0.1
 _GRACE_SECONDS = 1.0
+_HOST_TRIES = 3
 
 Outcome = Literal["cancelled", "timeout", "error", "finished", "another_chunk", "slow", "hung"]
 
@@ -183,11 +184,18 @@ def interrupt_host(subject: Subject, handle: LocalHandle) -> Interrupted:
     """Cancel a seeded stream through the host (the request's cancel).
 
     The host forwards a cancel to the engine within its watch interval, so a chunk or two may
-    still arrive after it; the stream must end in CancelledError within the bound.
+    still arrive after it; the stream must end in CancelledError within the bound. A stream that
+    ran to its end before the cancel was forwarded (a busy machine) is tried again.
     """
     from mizuoto_contract.subject import SEED
     from mizuoto_sdk.host.calls import WATCH_INTERVAL
 
-    request = EngineRequest(params={"seed": SEED})
-    stream = subject.stream(handle, request)
-    return _interrupt(stream, lambda job: job(), request.cancel, True, latency=2 * WATCH_INTERVAL)
+    for _ in range(_HOST_TRIES):
+        request = EngineRequest(params={"seed": SEED})
+        stream = subject.stream(handle, request)
+        seen = _interrupt(
+            stream, lambda job: job(), request.cancel, True, latency=5 * WATCH_INTERVAL
+        )
+        if seen.outcome != "finished":
+            break
+    return seen

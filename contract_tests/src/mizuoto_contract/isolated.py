@@ -14,13 +14,16 @@ determinism.fresh_process. One run serves every check that reads it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,17 +37,18 @@ def start(subject: Subject) -> None:
     """Start the isolated run in the background (once per subject)."""
     if "isolated" in subject.shared or "isolated_report" in subject.shared:
         return
-    folder = tempfile.mkdtemp(prefix="mizuoto-contract-")
+    folder = Path(tempfile.mkdtemp(prefix="mizuoto-contract-"))
+    temp = folder / "tmp"
+    temp.mkdir()
     environment = {
-        "TMPDIR": folder,
-        "TEMP": folder,
-        "TMP": folder,
+        "TMPDIR": str(temp),
+        "TEMP": str(temp),
+        "TMP": str(temp),
         "MIZUOTO_PLUGINS": subject.record.distribution,
     }
     arguments = ["-m", "mizuoto_contract.isolated", subject.engine_id, subject.device]
-    child = subject.in_child([*arguments, subject.text], environment)
+    child = subject.in_child([*arguments, subject.text], environment, output=folder)
     subject.shared["isolated"] = (child, folder)
-    subject.shared.setdefault("owned_pids", set()).add(child.pid)
 
 
 def report(subject: Subject) -> dict[str, Any]:
@@ -73,8 +77,20 @@ def stop(subject: Subject) -> None:
     child, folder = started
     if child.poll() is None:
         child.kill()
-    child.communicate()
+    child.wait()
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _end_leftovers(before: dict[int, str]) -> None:
+    """Kill and reap the child processes the engine left (they are reported already), so that
+    none outlives the run."""
+    for pid in child_processes():
+        if pid in before:
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
 
 
 def child_processes(exclude: frozenset[int] = frozenset()) -> dict[int, str]:
@@ -203,4 +219,7 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_main(*sys.argv[1:4])))
+    try:
+        print(json.dumps(_main(*sys.argv[1:4])), flush=True)
+    finally:
+        _end_leftovers({})

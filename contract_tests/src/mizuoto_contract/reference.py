@@ -17,9 +17,10 @@ def render() -> str:
         "Generated from the check registry (`python -m mizuoto_contract.reference`); do not edit.",
         "",
         "Run them with `mizuoto-contract ENGINE`. A check whose `needs` the engine lacks is",
-        "skipped and does not fail the run. An engine that knowingly breaks a rule lists the",
-        "check id with a reason in its manifest's `expected_failures`; it is then reported as",
-        "xfail, and as a failure if it passes.",
+        "skipped and does not fail the run; a check skipped for any other reason (it could not",
+        "run, or an earlier failure it `requires` already reports the cause) fails the run. An",
+        "engine that knowingly breaks a rule lists the check id with a reason in its manifest's",
+        "`expected_failures`; it is then reported as xfail, and as a failure if it passes.",
         "",
         "| id | tier | rule |",
         "| --- | --- | --- |",
@@ -38,6 +39,8 @@ def render() -> str:
         ]
         if check.needs:
             lines += ["", f"**Needs.** {', '.join(check.needs)}"]
+        if check.requires:
+            lines += ["", f"**Skipped when these fail.** {', '.join(check.requires)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -31,11 +31,7 @@ STREAMING = ("synthesize", "convert", "edit")
 SEED = 1234
 # Several sentences, so that an engine streaming a chunk per sentence has more than one chunk
 # to cancel between; ``--text`` names another input.
-TEXT = (
-    "Mizuoto checks every engine with these sentences. "
-    "It reads them one word after another, to the end. "
-    "Then it asks again, and listens for the same answer."
-)
+TEXT = "Mizuoto checks every engine. It reads these words. Then it listens again."
 
 
 def sample_audio(seconds: float = 0.5, sample_rate: int = 16_000) -> AudioChunk:
@@ -197,23 +193,40 @@ class Subject:
         return engine_frame(error, self.sources())
 
     def in_child(
-        self, arguments: list[str], environment: Mapping[str, str] | None = None
+        self,
+        arguments: list[str],
+        environment: Mapping[str, str] | None = None,
+        output: Path | None = None,
     ) -> subprocess.Popen[str]:
         """Start a fresh interpreter that sees the same plugins, with a hash seed of its own.
 
         Python salts ``hash()`` per process unless PYTHONHASHSEED fixes it; CI runners often do,
-        and a child inheriting the parent's value would hide hash-dependent output.
+        and a child inheriting the parent's value would hide hash-dependent output. With
+        ``output`` (a folder), stdout and stderr go to files there instead of pipes, so that a
+        program the engine started and left running cannot hold the answer back.
         """
         path = os.pathsep.join(p for p in sys.path if p)
         env = {**os.environ, "PYTHONPATH": path, **(environment or {})}
         env["PYTHONHASHSEED"] = str(_other_hash_seed(os.environ.get("PYTHONHASHSEED")))
-        return subprocess.Popen(
+        if output is None:
+            streams: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        else:
+            streams = {
+                "stdout": open(output / "stdout", "w"),  # noqa: SIM115 - closed by child_result
+                "stderr": open(output / "stderr", "w"),  # noqa: SIM115
+            }
+        child = subprocess.Popen(
             [sys.executable, *arguments],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             text=True,
             env=env,
+            **streams,
         )
+        child.output = output  # type: ignore[attr-defined]
+        for stream in streams.values():
+            if hasattr(stream, "close"):
+                stream.close()
+        return child
 
     def run_child(self, body: str, expected: str, timeout: float = 600) -> Any:
         """Run ``body`` in a fresh interpreter; the JSON value its last line prints. A failing
@@ -225,8 +238,14 @@ class Subject:
 
 def child_result(child: subprocess.Popen[str], expected: str, timeout: float) -> Any:
     """The JSON value of the child's last output line; a Fail when it failed or timed out."""
+    output: Path | None = getattr(child, "output", None)
     try:
-        out, err = child.communicate(timeout=timeout)
+        if output is None:
+            out, err = child.communicate(timeout=timeout)
+        else:
+            child.wait(timeout=timeout)
+            out = (output / "stdout").read_text()
+            err = (output / "stderr").read_text()
     except subprocess.TimeoutExpired:
         child.kill()
         child.communicate()

@@ -152,7 +152,7 @@ CHECKS = (
         "core",
         concurrent,
         ("streaming",),
-        requires=STREAM_OUTPUT,
+        requires=(*STREAM_OUTPUT, "determinism.same_handle"),
     ),
     Check(
         "determinism.global_rng_independent",

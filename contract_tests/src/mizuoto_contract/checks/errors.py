@@ -47,18 +47,22 @@ def not_mutated(subject: Subject) -> None:
         raise Fail("input audio left as passed", "its samples changed")
 
 
-def _raises_code(subject: Subject, ctx: RequestContext, call, code: str) -> str | None:
+def _raises_code(
+    subject: Subject, ctx: RequestContext, call, code: str
+) -> tuple[str, str | None] | None:
     """None when ``call`` (or the stream it returns) raises EngineError ``code``, else what
-    happened instead."""
+    happened instead and where in the engine's code."""
     try:
         with subject.direct(ctx):
             returned = call()
         _drain(subject, ctx, returned)
     except EngineError as error:
-        return None if error.code == code else f"EngineError code {error.code!r}"
+        if error.code == code:
+            return None
+        return f"EngineError code {error.code!r}", subject.where(error)
     except Exception as error:
-        return f"{type(error).__name__}: {error}"
-    return "no error"
+        return f"{type(error).__name__}: {error}", subject.where(error)
+    return "no error", None
 
 
 def unsupported(subject: Subject) -> None:
@@ -79,7 +83,7 @@ def unsupported(subject: Subject) -> None:
         seen = _raises_code(subject, ctx, calls[capability], "capability_not_supported")
         if seen is not None:
             what = f"call({UNKNOWN_OP!r})" if capability == "call" else capability
-            raise Fail(f"{what} to raise Unsupported (capability_not_supported)", seen)
+            raise Fail(f"{what} to raise Unsupported (capability_not_supported)", *seen)
 
 
 def _nowhere():
@@ -104,7 +108,7 @@ def invalid_input(subject: Subject) -> None:
             continue
         seen = _raises_code(subject, ctx, call, "invalid_request")
         if seen is not None:
-            raise Fail(f"{what} to raise InvalidRequest (invalid_request)", seen)
+            raise Fail(f"{what} to raise InvalidRequest (invalid_request)", *seen)
 
 
 CHECKS = (

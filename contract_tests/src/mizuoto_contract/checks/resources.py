@@ -18,7 +18,7 @@ _MAX_DEPTH = 8
 
 
 def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
-    """Every nn.Module and tensor reachable from the loaded engine, with the path to it.
+    """The loaded engine, and every nn.Module and tensor reachable from it, with their paths.
 
     Follows attributes, containers, ModelHandles and modules' own attributes; stops at classes,
     functions and modules, and at the SDK's, runtime's and libraries' own objects.
@@ -27,6 +27,7 @@ def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
 
     from mizuoto_runtime.handle import ModelHandle
 
+    yield "loaded", loaded
     seen: set[int] = set()
     stack: list[tuple[str, object, int]] = [("loaded", loaded, 0)]
     while stack:
@@ -218,6 +219,6 @@ CHECKS = (
         "core",
         reload,
         ("streaming",),
-        requires=STREAM_OUTPUT,
+        requires=(*STREAM_OUTPUT, "determinism.fresh_loads", "determinism.same_handle"),
     ),
 )

@@ -244,7 +244,7 @@ CHECKS = (
         "streaming",
         equivalence,
         ("streaming",),
-        requires=STREAM_OUTPUT,
+        requires=(*STREAM_OUTPUT, "determinism.same_handle"),
     ),
     Check(
         "stream.early_close",

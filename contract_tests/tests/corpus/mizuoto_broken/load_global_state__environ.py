@@ -1,5 +1,6 @@
-"""load.global_state, disguised: importing the engine sets an environment variable through a
-spelling no static scan resolves."""
+"""load.global_state, disguised: importing the engine sets an environment variable through
+``getattr(os, "environ")``, a spelling the static scan does not resolve, the same way every time
+(the module is imported once per process, before any check's own snapshot)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from mizuoto_broken.base import BaseEngine
 
 VARIABLE = "MIZUOTO_BROKEN_IMPORTED"
-os.environ[VARIABLE] = "1"  # the breakage: at import, the same every time
+getattr(os, "environ")[VARIABLE] = "1"  # noqa: B009 - the breakage, at import
 
 
 class Engine(BaseEngine):
@@ -17,4 +18,4 @@ class Engine(BaseEngine):
 
 def restore() -> None:
     """Remove the variable (the module stays imported, so it is not set again)."""
-    os.environ.pop(VARIABLE, None)
+    getattr(os, "environ").pop(VARIABLE, None)  # noqa: B009 - past the scan, as above

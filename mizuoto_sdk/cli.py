@@ -101,6 +101,12 @@ def main(argv: Sequence[str] | None = None, service: RuntimeService | None = Non
     except EngineError as error:
         print(f"mizuoto: error [{error.code}]: {error}", file=sys.stderr)
         return 2 if error.code in USAGE_CODES else 1
+    except SystemExit as exit_:  # engine or plugin code ended the command: say so, never silently
+        print(
+            f"mizuoto: error: engine or plugin code called sys.exit({exit_.code!r})",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def _extras(record: EngineRecord) -> list[dict[str, object]]:

@@ -1,4 +1,5 @@
-"""Engine classes: two declare dtypes the SDK cannot read, one waits inside synthesize."""
+"""Engine classes: two declare dtypes the SDK cannot read, one waits inside synthesize, one
+calls sys.exit in load."""
 
 import sys
 import threading
@@ -14,6 +15,13 @@ class UnknownDtypeEngine(Engine):
 class NumberDtypesEngine(Engine):
     DEVICES = ("cpu",)
     DTYPES = 16
+
+
+class ExitingLoadEngine(Engine):
+    DEVICES = ("cpu",)
+
+    def load(self, spec, runtime, ctx):
+        sys.exit(7)
 
 
 class WaitingEngine(Engine):

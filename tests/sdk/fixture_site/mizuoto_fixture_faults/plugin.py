@@ -9,6 +9,7 @@ IMPLEMENTATIONS = {
     "misspelt": "mizuoto_fixture_faults.engines:WaitingEngin",
     "imports-torch": "mizuoto_fixture_faults.imports_torch:TorchAtImportEngine",
     "waits": "mizuoto_fixture_faults.engines:WaitingEngine",
+    "exits-in-load": "mizuoto_fixture_faults.engines:ExitingLoadEngine",
 }
 
 

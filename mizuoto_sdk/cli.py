@@ -286,9 +286,9 @@ def _diagnose(discovery: Discovery, record: EngineRecord) -> dict[str, object]:
     A misspelt class, an import that fails or exits, or a class that disagrees with its manifest
     shows here with status ``unavailable`` and the reason, rather than as "available".
 
-    Importing it must not import torch (DESIGN: import discipline); when it does, that is a
-    warning. Once torch is in this process, later engines cannot be judged on this point:
-    ``mizuoto doctor ENGINE`` checks one engine in a fresh process.
+    Importing it must not import torch (listing and doctor stay fast and torch-free); when it
+    does, that is a warning. Once torch is in this process, later engines cannot be judged on
+    this point: ``mizuoto doctor ENGINE`` checks one engine in a fresh process.
     """
     status, error, warnings = record.status, record.error, []
     if record.ok:

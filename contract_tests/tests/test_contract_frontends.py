@@ -326,3 +326,15 @@ def test_text_names_the_input_and_a_check_that_cannot_do_its_job_fails(corpus, c
     capsys.readouterr()
     assert main(["corpus-good", "--text", "   "]) == 2
     assert "text: expected some words" in capsys.readouterr().err
+
+
+def test_the_fresh_process_runs_the_same_without_the_fork_server(corpus, monkeypatch):
+    """Where forking is unavailable (not Linux), each isolated run starts an interpreter."""
+    from mizuoto_contract import run_contract, zygote
+
+    monkeypatch.setattr(zygote, "available", lambda: False)
+    checks = ["load.global_state", "determinism.fresh_process", "resources.no_temp_files"]
+    good = run_contract("corpus-good", checks=checks)
+    assert [r.status for r in good] == ["passed"] * 3, [r.message for r in good]
+    [broken] = run_contract("broken-load-global_state--seed", checks=["load.global_state"])
+    assert broken.status == "failed" and "torch.rng.cpu" in broken.message

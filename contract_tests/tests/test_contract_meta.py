@@ -67,8 +67,9 @@ def broken_engines(discovery: Discovery) -> dict[str, str]:
 
 
 def _module(engine: str, discovery: Discovery) -> str:
-    """The module of the engine's implementation."""
-    return discovery.manifest(engine).implementation.partition(":")[0]
+    """The module of the engine's implementation (incompatible engines included)."""
+    [manifest] = [r.manifest for r in discovery.records() if r.id == engine and r.manifest]
+    return manifest.implementation.partition(":")[0]
 
 
 def _table(results: list[CheckResult]) -> str:

@@ -26,6 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mizuoto_contract import zygote
+from mizuoto_contract.subject import child_environment
+
 if TYPE_CHECKING:
     from mizuoto_contract.subject import Subject
 
@@ -46,8 +49,11 @@ def start(subject: Subject) -> None:
         "TMP": str(temp),
         "MIZUOTO_PLUGINS": subject.record.distribution,
     }
-    arguments = ["-m", "mizuoto_contract.isolated", subject.engine_id, subject.device]
-    child = subject.in_child([*arguments, subject.text], environment, output=folder)
+    argv = [subject.engine_id, subject.device, subject.text]
+    if zygote.available():
+        child: Any = zygote.fork(argv, child_environment(environment), folder)
+    else:
+        child = subject.in_child(["-m", "mizuoto_contract.isolated", *argv], environment, folder)
     subject.shared["isolated"] = (child, folder)
 
 
@@ -218,8 +224,13 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> None:
+    """Run ``ENGINE DEVICE TEXT`` and print the report as one JSON line."""
     try:
-        print(json.dumps(_main(*sys.argv[1:4])), flush=True)
+        print(json.dumps(_main(*argv[:3])), flush=True)
     finally:
         _end_leftovers({})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

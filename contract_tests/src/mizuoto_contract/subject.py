@@ -205,9 +205,7 @@ class Subject:
         ``output`` (a folder), stdout and stderr go to files there instead of pipes, so that a
         program the engine started and left running cannot hold the answer back.
         """
-        path = os.pathsep.join(p for p in sys.path if p)
-        env = {**os.environ, "PYTHONPATH": path, **(environment or {})}
-        env["PYTHONHASHSEED"] = str(_other_hash_seed(os.environ.get("PYTHONHASHSEED")))
+        env = child_environment(environment)
         if output is None:
             streams: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         else:
@@ -234,6 +232,14 @@ class Subject:
         script = "import json, sys, time\n" + textwrap.dedent(body)
         child = self.in_child(["-c", script])
         return child_result(child, expected, timeout)
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This environment for a child that sees the same plugins, with a hash seed of its own."""
+    path = os.pathsep.join(p for p in sys.path if p)
+    env = {**os.environ, "PYTHONPATH": path, **(extra or {})}
+    env["PYTHONHASHSEED"] = str(_other_hash_seed(os.environ.get("PYTHONHASHSEED")))
+    return env
 
 
 def child_result(child: subprocess.Popen[str], expected: str, timeout: float) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mizuoto_contract.registry import Check, Fail, Skip
 from mizuoto_contract.subject import Subject
 from mizuoto_sdk import Discovery, EngineError
@@ -9,29 +11,53 @@ from mizuoto_sdk import Discovery, EngineError
 IMPORT_BUDGET_SECONDS = 1.5
 
 
-def _child(subject: Subject, body: str) -> dict[str, object]:
-    return subject.run_child(body, "the import to succeed in a fresh interpreter", timeout=300)
-
-
-def _plugin_module(subject: Subject) -> str:
+def _plugin_module(subject: Subject) -> str | None:
     _, _, value = subject.record.entry_point.partition(" = ")
     module = value.partition(":")[0]
     if not module or not all(part.isidentifier() for part in module.split(".")):
-        raise Skip(f"{subject.engine_id} was not registered through an entry point")
+        return None
     return module
+
+
+def _imports(subject: Subject) -> dict[str, Any]:
+    """One fresh interpreter for both import checks: the plugin module first (timed, as
+    ``mizuoto engines`` imports it), then the implementation, as get_engine() imports it.
+    Going through Discovery() would import every plugin module on the path."""
+    cached = subject.shared.get("imports")
+    if cached is not None:
+        return cached
+    module = _plugin_module(subject)
+    implementation, _, qualname = subject.manifest.implementation.partition(":")
+    cached = subject.run_child(
+        f"""
+        import importlib
+        seen = {{}}
+        if {module!r} is not None:
+            start = time.perf_counter()
+            importlib.import_module({module!r})
+            seen["plugin"] = {{"seconds": time.perf_counter() - start,
+                              "torch": "torch" in sys.modules}}
+        try:
+            target = importlib.import_module({implementation!r})
+            for part in {qualname!r}.split("."):
+                target = getattr(target, part)
+            seen["implementation"] = {{"torch": "torch" in sys.modules}}
+        except Exception as error:
+            seen["implementation"] = {{"error": f"{{type(error).__name__}}: {{error}}"}}
+        print(json.dumps(seen))
+    """,
+        "the plugin module to import in a fresh interpreter",
+        timeout=300,
+    )
+    subject.shared["imports"] = cached
+    return cached
 
 
 def import_cheap(subject: Subject) -> None:
     module = _plugin_module(subject)
-    seen = _child(
-        subject,
-        f"""
-        start = time.perf_counter()
-        import {module}
-        print(json.dumps({{"seconds": time.perf_counter() - start,
-                           "torch": "torch" in sys.modules}}))
-    """,
-    )
+    if module is None:
+        raise Skip(f"{subject.engine_id} was not registered through an entry point")
+    seen = _imports(subject)["plugin"]
     if seen["torch"]:
         raise Fail(f"importing {module} to leave torch unimported", "torch in sys.modules")
     if seen["seconds"] > IMPORT_BUDGET_SECONDS:
@@ -41,20 +67,16 @@ def import_cheap(subject: Subject) -> None:
 
 
 def engine_import_torch_free(subject: Subject) -> None:
-    # The implementation alone, as get_engine() imports it: going through Discovery() would also
-    # import every plugin module on the path, and a torch import there is discovery.import_cheap's.
-    module, _, qualname = subject.manifest.implementation.partition(":")
-    seen = _child(
-        subject,
-        f"""
-        import importlib
-        target = importlib.import_module({module!r})
-        for part in {qualname!r}.split("."):
-            target = getattr(target, part)
-        print(json.dumps({{"torch": "torch" in sys.modules}}))
-    """,
-    )
-    if seen["torch"]:
+    seen = _imports(subject)
+    if seen.get("plugin", {}).get("torch"):
+        raise Skip("not run: the plugin module imported torch already (see discovery.import_cheap)")
+    implementation = seen["implementation"]
+    if "error" in implementation:
+        raise Fail(
+            f"{subject.manifest.implementation} to import in a fresh interpreter",
+            implementation["error"],
+        )
+    if implementation["torch"]:
         raise Fail(
             f"importing {subject.manifest.implementation} to leave torch unimported",
             "torch in sys.modules after get_engine()",

@@ -1,0 +1,173 @@
+"""A pre-started interpreter that forks one child per isolated run (Linux only).
+
+Each isolated run (``mizuoto_contract.isolated``) needs a process whose baseline predates the
+engine's code but follows torch's import, and importing torch costs about two seconds of CPU. A
+process that imported torch, numpy and the host already, and then forks, gives such a child in
+milliseconds: the child still holds no engine code, and reads its baseline itself. The zygote has
+a hash seed of its own (never the caller's PYTHONHASHSEED). Elsewhere, or when forking is not
+safe, each run starts its own interpreter.
+
+Protocol, one JSON line each way: the caller sends ``{"argv", "env", "path", "output"}``; the
+zygote answers ``{"pid"}`` once the child runs and ``{"exit"}`` when it ends. Closing the
+zygote's stdin ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_LOCK = threading.Lock()
+_RUNNING: dict[str, Zygote] = {}
+
+
+def available() -> bool:
+    return sys.platform == "linux" and hasattr(os, "fork")
+
+
+class ForkedChild:
+    """A forked run as ``subprocess.Popen`` shows one: ``wait``, ``poll``, ``kill``."""
+
+    def __init__(self, zygote: Zygote, pid: int, output: Path) -> None:
+        self._zygote = zygote
+        self.pid = pid
+        self.output = output
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._zygote.read_exit(self, 0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None and not self._zygote.read_exit(self, timeout):
+            raise subprocess.TimeoutExpired("mizuoto_contract.zygote", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, 9)
+
+    def communicate(self) -> tuple[str, str]:
+        self.wait()
+        return "", ""
+
+
+class Zygote:
+    def __init__(self, environment: dict[str, str]) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "mizuoto_contract.zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=environment,
+        )
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def fork(self, argv: list[str], environment: dict[str, str], output: Path) -> ForkedChild:
+        request = {"argv": argv, "env": environment, "path": sys.path, "output": str(output)}
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        answer = json.loads(self._process.stdout.readline() or '{"pid": 0}')
+        if not answer.get("pid"):
+            raise OSError("the contract's fork server did not start a child")
+        return ForkedChild(self, answer["pid"], output)
+
+    def read_exit(self, child: ForkedChild, timeout: float | None) -> bool:
+        """Read the child's exit line within ``timeout``; False when it has not ended yet."""
+        stdout = self._process.stdout
+        assert stdout is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            ready, _, _ = select.select([stdout], [], [], left)
+            if ready:
+                line = stdout.readline()
+                child.returncode = int(json.loads(line)["exit"]) if line else -9
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+
+def fork(argv: list[str], environment: dict[str, str], output: Path) -> ForkedChild:
+    """Run ``python -m mizuoto_contract.isolated *argv`` as a fork of the zygote, starting the
+    zygote on first use (with ``environment``, whose PYTHONHASHSEED differs from the caller's).
+
+    Runs are one at a time: the caller waits for (or kills) each child before the next fork.
+    """
+    with _LOCK:
+        zygote = _RUNNING.get("zygote")
+        if zygote is None or not zygote.alive():
+            zygote = _RUNNING["zygote"] = Zygote(environment)
+        return zygote.fork(argv, environment, output)
+
+
+def _child(request: dict[str, Any]) -> None:
+    """In the forked child: become the isolated run the request describes, then exit."""
+    import importlib
+    import tempfile
+
+    output = Path(request["output"])
+    with open(output / "stdout", "w") as out, open(output / "stderr", "w") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+    with open(os.devnull) as nothing:
+        os.dup2(nothing.fileno(), 0)
+    code = 1
+    try:
+        environment = {k: v for k, v in request["env"].items() if k != "PYTHONHASHSEED"}
+        os.environ.clear()
+        os.environ.update(environment)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+        sys.path[:] = request["path"]
+        importlib.invalidate_caches()
+        from mizuoto_contract import isolated
+
+        isolated.main(request["argv"])
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _serve() -> None:
+    import numpy  # noqa: F401 - the imports a fresh process would repeat, done once
+    import torch  # noqa: F401
+
+    import mizuoto_contract.isolated
+    import mizuoto_contract.runner  # noqa: F401
+    import mizuoto_runtime.runtime  # noqa: F401
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request)
+        sys.stdout.write(json.dumps({"pid": pid}) + "\n")
+        sys.stdout.flush()
+        _, status = os.waitpid(pid, 0)
+        sys.stdout.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _serve()

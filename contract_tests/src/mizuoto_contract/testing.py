@@ -27,11 +27,12 @@ class ContractCase:
     engine_id: str
     check: Check
     device: str = "cpu"
+    text: str | None = None
 
     def run(self, device: str | None = None) -> None:
         import pytest
 
-        subject = subject_for(self.engine_id, device or self.device)
+        subject = subject_for(self.engine_id, device or self.device, text=self.text)
         result = run_check(subject, self.check)
         if result.status in ("failed", "xpass"):
             pytest.fail(f"[{self.check.id}] {self.check.rule}\n{result.message}", pytrace=False)
@@ -42,15 +43,19 @@ class ContractCase:
 
 
 def parametrize_contract(
-    *engine_ids: str, device: str = "cpu", checks: Sequence[str] | None = None
+    *engine_ids: str,
+    device: str = "cpu",
+    checks: Sequence[str] | None = None,
+    text: str | None = None,
 ) -> Any:
-    """A ``pytest.mark.parametrize`` over every check (or ``checks``) for each engine."""
+    """A ``pytest.mark.parametrize`` over every check (or ``checks``) for each engine;
+    ``text`` is what the checks speak (default: three sentences)."""
     import pytest
 
     if not engine_ids:
         raise ValueError("parametrize_contract: name at least one engine id")
     cases = [
-        ContractCase(engine, check, device)
+        ContractCase(engine, check, device, text)
         for engine in engine_ids
         for check in checks_by_id(checks)
     ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from mizuoto_contract.registry import Fail
+from mizuoto_contract.registry import Fail, Skip
 from mizuoto_contract.subject import SEED, Subject, join
 from mizuoto_sdk.host import EngineRequest, LocalHandle
 
@@ -93,5 +93,11 @@ def concurrent(subject: Subject) -> None:
     streamed = subject.load(service)
     try:
         _compare(subject, streamed, f"layers streamed under a {budget:.2f} MiB budget")
+        rows = service.runtime.manager.loaded()
+        if not any(row["streamed_bytes"] or row["host_bytes"] for row in rows):
+            raise Skip(
+                f"not run with streaming: the runtime kept the whole model resident under a "
+                f"{budget:.2f} MiB budget"
+            )
     finally:
         service.unload()

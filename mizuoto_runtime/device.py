@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,7 @@ class DeviceService:
         self._rules = tuple(rules)
         self._in_use: dict[str, int] = {}
         self._peak: dict[str, int] = {}
+        self._counter = threading.Lock()  # guards _in_use and _peak; taken last, held briefly
 
     is_oom = staticmethod(is_oom)
     probe_devices = staticmethod(probe_devices)
@@ -84,32 +86,37 @@ class DeviceService:
         device = str(device)
         if not self.simulated(device):
             raise ValueError(f"account: {device!r} is not simulated")
-        held = self._in_use.get(device, 0) + delta
         total = self._simulate[device]
-        if delta > 0 and held > total:
-            import torch
+        with self._counter:
+            held = self._in_use.get(device, 0) + delta
+            if not (delta > 0 and held > total):
+                self._in_use[device] = held
+                self._peak[device] = max(self._peak.get(device, 0), held)
+                return
+        import torch
 
-            raise torch.OutOfMemoryError(
-                f"simulated {device} out of memory: tried to allocate {delta} bytes with "
-                f"{total - held + delta} of {total} free"
-            )
-        self._in_use[device] = held
-        self._peak[device] = max(self._peak.get(device, 0), held)
+        raise torch.OutOfMemoryError(
+            f"simulated {device} out of memory: tried to allocate {delta} bytes with "
+            f"{total - held + delta} of {total} free"
+        )
 
     def peak(self, device: str) -> int:
         """The most bytes accounted on a simulated device since ``reset_peak`` (or creation)."""
-        return self._peak.get(str(device), 0)
+        with self._counter:
+            return self._peak.get(str(device), 0)
 
     def reset_peak(self, device: str) -> None:
         device = str(device)
-        self._peak[device] = self._in_use.get(device, 0)
+        with self._counter:
+            self._peak[device] = self._in_use.get(device, 0)
 
     def memory(self, device: str) -> tuple[int, int]:
         """(free, total) bytes; on CUDA, memory torch caches but does not use counts as free."""
         device = str(device)
         if self.simulated(device):
             total = self._simulate[device]
-            return total - self._in_use.get(device, 0), total
+            with self._counter:
+                return total - self._in_use.get(device, 0), total
         kind = device_type(device)
         if kind == "cpu":
             return _host_memory()

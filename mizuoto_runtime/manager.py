@@ -1,7 +1,7 @@
 """ModelManager: which parts of which models are on which device, phase by phase.
 
-Every weighted component an engine loads is a registered ``ModelHandle`` with an owner
-(``"<model id>@<device>"``) and a last use. At each phase of a request (``use`` / ``run``) the
+Every weighted component an engine loads is a registered ``ModelHandle`` with an owner (one
+per loaded model) and a last use. At each phase of a request (``use`` / ``run``) the
 manager places the phase's handles: resident if they fit; otherwise idle handles on that device
 first give memory back, unit by unit (least recently used, cheapest to reload first), and then
 the phase's own units that still do not fit stay in host memory and are streamed in as they run.
@@ -14,6 +14,12 @@ down a bounded ladder that ends at full streaming; only then does it fail with
 This module keeps the registry, the phases and the out-of-memory ladder; what one placement
 moves (room on the device, which idle units give memory back, which units stay resident) is
 ``placement.Placer``'s job, called under the manager's lock.
+
+Threads: one re-entrant lock guards the registry, the entries (``occupancy``) and every
+placement; phase bodies run outside it. A handle moves only when no other thread's phase runs
+it, and a phase that finds the memory held by other threads' phases waits for one to end
+(``occupancy.MemoryWaits``). Lock order: manager, then a device's ``Streamer``, then the
+device's counter; nothing takes them the other way round.
 
 Where memory is not scarce (a CPU that does not simulate a GPU) nothing moves and nothing is
 counted: ``use`` and ``run`` only mark handles busy.
@@ -38,7 +44,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mizuoto_runtime.handle import ModelHandle, indexed_device
-from mizuoto_runtime.placement import Entry, Placer
+from mizuoto_runtime.occupancy import Entry, Lease, MemoryWaits
+from mizuoto_runtime.placement import Placer
 from mizuoto_runtime.policy import (
     Calibration,
     PeakMeter,
@@ -77,6 +84,7 @@ class ModelManager:
         self._streamers: dict[str, Streamer] = {}
         self._meter = PeakMeter(devices, self.calibration)
         self._lock = threading.RLock()
+        self._waits = MemoryWaits(self._lock)
         self._ticks = itertools.count(1)
         self._placer = Placer(devices, self.calibration, self._entries, self.policy, self.streamer)
 
@@ -172,17 +180,17 @@ class ModelManager:
         return [name for device in devices for name in self.release_idle(device)]
 
     def policy(self, device: str) -> VramPolicy:
-        policy = self._policies.get(device)
-        if policy is None:
-            policy = self._policies[device] = self._derive_policy(device)
-        return policy
+        with self._lock:
+            if device not in self._policies:
+                self._policies[device] = self._derive_policy(device)
+            return self._policies[device]
 
     def streamer(self, device: str) -> Streamer:
         """The device's Streamer (staging slots, copies); created on first use."""
-        streamer = self._streamers.get(device)
-        if streamer is None:
-            streamer = self._streamers[device] = Streamer(device, self.devices)
-        return streamer
+        with self._lock:
+            if device not in self._streamers:
+                self._streamers[device] = Streamer(device, self.devices)
+            return self._streamers[device]
 
     # -- phases ----------------------------------------------------------------------------
 
@@ -202,12 +210,13 @@ class ModelManager:
         error and releases) and the phase's working figure raised for next time (``run``
         re-runs). ``shape`` (batch, length, ...) buckets the calibration.
         """
-        entries = self._hold(handles)
+        lease = self._hold(handles)
+        entries = lease.entries
         try:
             if not any(e.scarce for e in entries):
                 yield
                 return
-            plan = self._attempts(entries, Plan(phase, working_bytes, shape), None, None)[0]
+            plan = self._attempts(lease, Plan(phase, working_bytes, shape), None, None)[0]
             error = None
             try:
                 with self._meter.measure(plan.keys()):
@@ -223,7 +232,7 @@ class ModelManager:
                     self._calibrate_failure(plan, device)
                 raise
         finally:
-            self._release(entries)
+            self._release(lease)
 
     @contextlib.contextmanager
     def hold(self, *handles: ModelHandle) -> Iterator[None]:
@@ -276,34 +285,37 @@ class ModelManager:
     ) -> T:
         """``run`` whose retries restore ``context``'s random state (``RequestContext.run``)."""
         kwargs = kwargs or {}
-        entries = self._hold(tuple(handles))
+        lease = self._hold(tuple(handles))
         try:
-            if not any(e.scarce for e in entries):
+            if not any(e.scarce for e in lease.entries):
                 return fn(*args, **kwargs)
 
             def body(plan: Plan) -> T:
                 with self._meter.measure(plan.keys()):
                     return fn(*args, **kwargs)
 
-            return self._attempts(entries, Plan(phase, working_bytes, shape), context, body)[1]
+            return self._attempts(lease, Plan(phase, working_bytes, shape), context, body)[1]
         finally:
-            self._release(entries)
+            self._release(lease)
 
     # -- attempts and failures -------------------------------------------------------------
 
     def _attempts(
         self,
-        entries: list[Entry],
+        lease: Lease,
         plan: Plan,
         context: RequestContext | None,
         body: Callable[[Plan], T] | None,
     ) -> tuple[Plan, T | None]:
         """Place, then ``body(plan)``; after out of memory, step down the ladder and again."""
+        entries = lease.entries
         state = context.snapshot_random() if context is not None else None
         for attempt in itertools.count(1):
             try:
                 with self._lock:
+                    mark = self._waits.mark()  # what ends after this may free memory
                     self._placer.place(entries, plan)
+                    lease.run()
                 result = None if body is None else body(plan)
                 if attempt > 1:
                     self._note("done", phase=plan.phase, attempt=attempt, placement=plan.summary())
@@ -313,15 +325,24 @@ class ModelManager:
                     raise
                 error = f"{type(exc).__name__}: {exc}"
             # Out of the except block now: the failed attempt's frames and tensors are gone.
-            self._next_level(entries, plan, error, attempt)
+            self._next_level(lease, plan, error, attempt, context, mark)
             plan = plan.retry()
             if context is not None:
                 context.restore_random(state)
         raise AssertionError("unreachable")
 
-    def _next_level(self, entries: list[Entry], plan: Plan, error: str, attempt: int) -> None:
-        """Release idle memory on the failing device and step down the ladder, or fail."""
-        device = failing_device(error, list(plan.levels) or self._devices_of(entries))
+    def _next_level(
+        self,
+        lease: Lease,
+        plan: Plan,
+        error: str,
+        attempt: int,
+        context: RequestContext | None,
+        mark: dict[str, int],
+    ) -> None:
+        """Release idle memory on the failing device and step down the ladder; at the ladder's
+        end wait for another thread's phase on the device to end (then climb again), or fail."""
+        device = failing_device(error, list(plan.levels) or self._devices_of(lease.entries))
         policy, phase = self.policy(device), plan.phase
         level = plan.levels.get(device)
         self._note("oom", phase=phase, device=device, attempt=attempt, error=error,
@@ -329,6 +350,10 @@ class ModelManager:
         released = self._after_oom(plan, device)
         step = policy.ladder(level) if level is not None and level.slot_bytes else None
         if step is None and not released:
+            if self._wait_for_memory(lease, device, context, mark):
+                plan.cap.pop(device, None)
+                self._note("waited", phase=phase, device=device, attempt=attempt + 1)
+                return
             self._note("failed", phase=phase, device=device, attempts=attempt)
             raise ComputeUnavailable(
                 f"{phase}: out of memory on {device} with every unit streamed, after "
@@ -340,6 +365,20 @@ class ModelManager:
             plan.cap[device] = step
         self._note("retry", phase=phase, device=device, attempt=attempt + 1,
                    unit_bytes=plan.cap.get(device, (None,))[0], released=released)  # fmt: skip
+
+    def _wait_for_memory(
+        self, lease: Lease, device: str, context: RequestContext | None, mark: dict[str, int]
+    ) -> bool:
+        """Whether memory on ``device`` may have been freed since ``mark`` (``MemoryWaits``)."""
+        from mizuoto_runtime.context import current_context
+
+        with self._lock:
+            waits, entries = self._waits, self._entries.values()
+            changed = waits.changed(device, mark)
+            if [h for h in waits.yielding(lease, device) if self._placer.offload(h)]:
+                waits.freed(device)
+            self.streamer(device).trim()
+            return changed or waits.wait(entries, device, context or current_context())
 
     def _calibrate_failure(self, plan: Plan, device: str) -> None:
         working = plan.working.get(device)
@@ -362,15 +401,12 @@ class ModelManager:
     def _devices_of(entries: Sequence[Entry]) -> list[str]:
         return sorted({e.handle.load_device for e in entries if e.scarce})
 
-    def _hold(self, handles: Sequence[ModelHandle]) -> list[Entry]:
-        thread = threading.get_ident()
+    def _hold(self, handles: Sequence[ModelHandle]) -> Lease:
+        lease = Lease(threading.get_ident())
         with self._lock:
-            entries = []
             for handle in handles:
-                entry = self._entry(handle)
-                entry.holders[thread] = entry.holders.get(thread, 0) + 1
-                entries.append(entry)
-            return entries
+                lease.hold(self._entry(handle))
+            return lease
 
     def _entry(self, handle: ModelHandle) -> Entry:
         entry = self._entries.get(handle)
@@ -386,16 +422,13 @@ class ModelManager:
         self.register([handle], owner=handle.name)  # a handle the host did not register
         return self._entries[handle]
 
-    def _release(self, entries: Sequence[Entry]) -> None:
-        thread, now = threading.get_ident(), time.time()
+    def _release(self, lease: Lease) -> None:
+        now = time.time()
         with self._lock:
-            for entry in entries:
-                count = entry.holders.get(thread, 0) - 1
-                if count > 0:
-                    entry.holders[thread] = count
-                else:
-                    entry.holders.pop(thread, None)
+            lease.release()
+            for entry in lease.entries:
                 entry.last_used, entry.tick = now, next(self._ticks)
+            self._waits.phase_ended(lease)
 
     def _note(self, event: str, **detail: Any) -> None:
         self.trace.append({"event": event, **detail})

@@ -14,11 +14,11 @@ for each device's policy and streamer. Its callers hold the manager's lock.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from mizuoto_runtime.handle import HOST, RESIDENT, ModelHandle
+from mizuoto_runtime.occupancy import Entry
 from mizuoto_runtime.policy import (
     Calibration,
     Level,
@@ -36,23 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["Entry", "Placer"]
 
 
-class Entry:
-    """One tracked handle: its owner, who is using it, and when it was last used."""
-
-    __slots__ = ("calls", "handle", "holders", "last_used", "owner", "scarce", "tick")
-
-    def __init__(self, handle: ModelHandle, owner: str, scarce: bool) -> None:
-        self.handle, self.owner = handle, owner
-        self.scarce = scarce  # device memory is accounted (an accelerator or a simulated one)
-        self.holders: dict[int, int] = {}  # thread id -> phases holding the handle
-        self.calls = 0  # calls holding it between their phases (``hold``)
-        self.last_used, self.tick = time.time(), 0
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.holders) or self.calls > 0
-
-
 class Placer:
     """Places a phase's handles device by device and evicts idle ones to make room."""
 
@@ -68,13 +51,16 @@ class Placer:
         self._entries, self._policy, self._streamer = entries, policy, streamer
 
     def place(self, entries: Sequence[Entry], plan: Plan) -> None:
-        """Place the scarce handles only this thread holds; each device's level goes in ``plan``."""
+        """Place the scarce handles no other thread runs; each device's level goes in ``plan``.
+
+        A handle another thread's phase runs (``Entry.running``) keeps its placement: moving
+        its tensors under a running forward would break that forward. That phase placed it, so
+        it is placed; of phases that start together, the first to get the lock places.
+        """
         thread = threading.get_ident()
         by_device: dict[str, list[ModelHandle]] = {}
         for entry in entries:
-            # A handle another thread is running keeps its placement: moving its tensors
-            # under a running forward would break that forward.
-            if entry.scarce and set(entry.holders) == {thread}:
+            if entry.scarce and not entry.running.keys() - {thread}:
                 handles = by_device.setdefault(entry.handle.load_device, [])
                 if entry.handle not in handles:
                     handles.append(entry.handle)

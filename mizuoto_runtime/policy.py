@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
@@ -176,29 +177,39 @@ class PeakMeter:
         self._devices = devices
         self._calibration = calibration
         self._open: dict[str, list[_Reading]] = {}
+        self._lock = threading.Lock()  # guards _open; phases of several threads overlap
 
     @contextlib.contextmanager
     def measure(self, keys: dict[str, tuple[object, ...]]) -> Iterator[None]:
-        """Record into the calibration, for each device, the block's peak under ``keys[device]``."""
+        """Record into the calibration, for each device, the block's peak under ``keys[device]``.
+
+        Overlapping phases (nested, or on other threads) share the device's peak counter, so
+        a reset voids every reading still open on that device: only a phase that ran alone
+        there leaves a measurement.
+        """
         readings: list[_Reading] = []
-        for device, key in keys.items():
-            read = self._reader(device)
-            if read is None:
-                continue
-            stack = self._open.setdefault(device, [])
-            for outer in stack:
-                outer.valid = False
-            reading = _Reading(device, key, read)
-            stack.append(reading)
-            readings.append(reading)
+        with self._lock:
+            for device, key in keys.items():
+                read = self._reader(device)
+                if read is None:
+                    continue
+                stack = self._open.setdefault(device, [])
+                for outer in stack:
+                    outer.valid = False
+                reading = _Reading(device, key, read)
+                stack.append(reading)
+                readings.append(reading)
         try:
             yield
-            for reading in readings:
-                if reading.valid:
-                    self._calibration.record(reading.key, reading.read(False) - reading.baseline)
+            with self._lock:
+                for reading in readings:
+                    if reading.valid:
+                        peak = reading.read(False) - reading.baseline
+                        self._calibration.record(reading.key, peak)
         finally:
-            for reading in readings:
-                self._open[reading.device].remove(reading)
+            with self._lock:
+                for reading in readings:
+                    self._open[reading.device].remove(reading)
 
     def _reader(self, device: str) -> Callable[[bool], int] | None:
         """``read(reset)``: with reset, zero the peak and return what is held; else the peak."""

@@ -14,14 +14,14 @@ such a model has a ``unit_gate`` attribute, None unless some unit streams (``Qwe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["UnitGate", "calls_gate", "discover_units", "unit_tensors"]
+__all__ = ["UnitGate", "calls_gate", "discover_units", "route", "unit_tensors"]
 
 
 class UnitGate(Protocol):
@@ -35,6 +35,51 @@ class UnitGate(Protocol):
 def calls_gate(module: nn.Module) -> bool:
     """Whether ``module`` runs its units through ``unit_gate`` rather than their ``forward``."""
     return "unit_gate" in vars(module)
+
+
+def route(
+    module: nn.Module,
+    units: Sequence[nn.Module],
+    enter: Callable[[nn.Module], None],
+    exit: Callable[[nn.Module], None],
+) -> Callable[[], None]:
+    """Have ``enter(unit)`` and ``exit(unit)`` called around every run of ``units`` of
+    ``module``: through its ``unit_gate`` when it calls one, else through forward hooks (the
+    exit hook runs also when the forward raises). Returns what undoes it."""
+    if calls_gate(module):
+        module.unit_gate = _Gate({id(unit) for unit in units}, enter, exit)
+
+        def ungate() -> None:
+            module.unit_gate = None
+
+        return ungate
+    hooks = []
+    for unit in units:
+        hooks.append(unit.register_forward_pre_hook(lambda m, args: enter(m)))
+        hooks.append(unit.register_forward_hook(lambda m, args, out: exit(m), always_call=True))
+
+    def unhook() -> None:
+        for hook in hooks:
+            hook.remove()
+
+    return unhook
+
+
+class _Gate:
+    """The ``unit_gate`` of a routed module: units it was not given pass through."""
+
+    __slots__ = ("_enter", "_exit", "_ids")
+
+    def __init__(self, ids: set[int], enter: Callable[[Any], None], exit: Callable[[Any], None]):
+        self._ids, self._enter, self._exit = ids, enter, exit
+
+    def enter(self, unit: nn.Module) -> None:
+        if id(unit) in self._ids:
+            self._enter(unit)
+
+    def exit(self, unit: nn.Module) -> None:
+        if id(unit) in self._ids:
+            self._exit(unit)
 
 
 def discover_units(module: nn.Module) -> list[nn.Module]:

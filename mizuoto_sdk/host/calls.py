@@ -23,6 +23,7 @@ from mizuoto_sdk.errors import ComputeUnavailable, EngineError
 from mizuoto_sdk.types import AudioChunk
 
 if TYPE_CHECKING:
+    from mizuoto_sdk.engine import LoadedEngine
     from mizuoto_sdk.host.local import LocalEngine, LocalHandle
     from mizuoto_sdk.host.request import EngineRequest
 
@@ -82,12 +83,15 @@ class Call:
             manager=self._manager,
         )
         self._started = 0.0
+        self.loaded: LoadedEngine | None = None  # set when the call begins
         self._done = threading.Event()
         self._watcher: threading.Thread | None = None
 
     def __enter__(self) -> Call:
         self._started = time.perf_counter()
-        self.handle.begin_call()
+        # The engine this call runs on: loaded again if the model was unloaded since the
+        # caller got the handle, and kept loaded until the call ends.
+        self.loaded = self.handle.begin_call()
         # Between its steps (a stream paused between chunks) the model stays in use.
         self._held = contextlib.ExitStack()
         self._held.enter_context(self._manager.hold(*self.handle.handles))
@@ -145,21 +149,21 @@ class Call:
         except EngineError as error:
             raise map_error(error, self.handle.engine, self.handle) from None
 
-    def run(self, function: Callable[..., T], *args: Any) -> T:
-        """A call that returns a value (prepare_voice, call)."""
+    def run(self, method: str, *args: Any) -> Any:
+        """A call of the loaded engine's ``method`` that returns a value (prepare_voice, call)."""
         with self:
             self.check_cancel()
-            result = self.step(function, *args, self.ctx)
+            result = self.step(getattr(self.loaded, method), *args, self.ctx)
             self.check_cancel()
             return result
 
-    def stream(
-        self, method: Callable[..., Iterator[AudioChunk]], *args: Any
-    ) -> Iterator[AudioChunk]:
-        """Drive the engine's generator lazily: it runs only while the caller asks for a chunk."""
+    def stream(self, method: str, *args: Any) -> Iterator[AudioChunk]:
+        """Drive the loaded engine's generator ``method`` lazily: it runs only while the caller
+        asks for a chunk."""
         with self:
             self.check_cancel()
-            chunks = self.step(lambda: iter(method(*args, self.ctx)))
+            function = getattr(self.loaded, method)
+            chunks = self.step(lambda: iter(function(*args, self.ctx)))
             try:
                 sample_rate = None
                 for index in itertools.count():

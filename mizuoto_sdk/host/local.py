@@ -8,8 +8,8 @@ import itertools
 import json
 import os
 import shutil
-import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -39,22 +39,31 @@ State = Literal["stopped", "ready", "busy", "crashed"]
 
 
 class LocalHandle:
-    """A loaded model, answering the engine's capabilities through the host's call machinery."""
+    """A model of an engine, answering the engine's capabilities through the host's calls.
+
+    A handle stays usable for as long as the caller keeps it: the host may unload the model
+    while no call runs on it (``compute.max_resident_models``, a changed setting, ``unload``),
+    and the next call on the handle loads it again, with the same spec, before it begins. A
+    call in progress keeps its model loaded until it ends.
+    """
 
     def __init__(
-        self, engine: LocalEngine, spec: LoadSpec, loaded: LoadedEngine, key: tuple[object, ...]
+        self, engine: LocalEngine, spec: LoadSpec, key: tuple[object, ...], reasons: list[str]
     ) -> None:
         self.engine = engine
         self.spec = spec
-        self.loaded = loaded
         self.key = key
         self.name = f"{engine.engine_id}/{spec.model_id}@{spec.device}"
-        self.model_handles: tuple[ModelHandle, ...] = _model_handles(loaded, engine, spec)
-        self.description: dict[str, object] = dict(loaded.describe())
+        # What the memory manager files the model's components under: one owner per loaded
+        # model, so loads that differ only in dtype, variant or options never share one.
+        self.owner = _owner(self.name, key)
+        self.loaded: LoadedEngine | None = None
+        self.model_handles: tuple[ModelHandle, ...] = ()
+        self.description: dict[str, object] = {}
         self.last_used = time.monotonic()
         self.stale = False
+        self._reasons = reasons
         self._active = 0
-        self._lock = threading.Lock()
 
     @property
     def busy(self) -> bool:
@@ -63,36 +72,32 @@ class LocalHandle:
     @property
     def handles(self) -> tuple[ModelHandle, ...]:
         """The model's components as the memory manager tracks them (see ``_model_handles``)."""
-        return () if self.loaded is None else self.model_handles
+        return self.model_handles
 
-    def begin_call(self) -> None:
-        with self._lock:
-            self._active += 1
+    def begin_call(self) -> LoadedEngine:
+        """Mark a call as running (the model is then never unloaded) and return the loaded
+        engine it runs on, loading the model again first if it was unloaded meanwhile."""
+        return self.engine.begin_call(self)
 
     def end_call(self) -> None:
-        with self._lock:
-            self._active -= 1
-            self.last_used = time.monotonic()
-            unload = self.stale and self._active == 0
-        if unload:
-            self.engine.unload(self)
+        self.engine.end_call(self)
 
     def synthesize(self, text: str, request: EngineRequest | None = None) -> Iterator[AudioChunk]:
         """A lazy stream of float32 mono chunks; close it to stop the engine early."""
         call = self._call("synthesize", request)
-        return call.stream(self.loaded.synthesize, self._text(text), call.ctx.params)
+        return call.stream("synthesize", self._text(text), call.ctx.params)
 
     def convert(
         self, audio: AudioChunk, request: EngineRequest | None = None
     ) -> Iterator[AudioChunk]:
         call = self._call("convert", request)
-        return call.stream(self.loaded.convert, self._audio(audio), call.ctx.params)
+        return call.stream("convert", self._audio(audio), call.ctx.params)
 
     def edit(
         self, audio: AudioChunk, text: str, request: EngineRequest | None = None
     ) -> Iterator[AudioChunk]:
         call = self._call("edit", request)
-        return call.stream(self.loaded.edit, self._audio(audio), self._text(text), call.ctx.params)
+        return call.stream("edit", self._audio(audio), self._text(text), call.ctx.params)
 
     def prepare_voice(
         self, audio: AudioChunk, voice_dir: str | Path, request: EngineRequest | None = None
@@ -105,7 +110,7 @@ class LocalHandle:
         except InvalidRequest as error:
             raise map_error(error, self.engine) from None
         try:
-            result = call.run(self.loaded.prepare_voice, audio, staging, call.ctx.params)
+            result = call.run("prepare_voice", audio, staging, call.ctx.params)
             with contextlib.suppress(FileNotFoundError):
                 target.rmdir()
             os.replace(staging, target)
@@ -122,7 +127,7 @@ class LocalHandle:
         call = self._call("call", request)
         if not isinstance(op, str) or not op:
             raise self._invalid("op", f"expected an operation name, got {op!r}")
-        return call.run(self.loaded.call, op, dict(payload or {}))
+        return call.run("call", op, dict(payload or {}))
 
     def _call(self, capability: str, request: EngineRequest | None) -> Call:
         manifest = self.engine.manifest
@@ -135,10 +140,8 @@ class LocalHandle:
                 ),
                 self.engine,
             )
-        if self.loaded is None:
-            raise map_error(
-                EngineError(f"{self.name} has been unloaded; load it again"), self.engine
-            )
+        if self.loaded is None:  # unloaded while idle: load it again (calls do as they begin)
+            self.engine.reload(self)
         try:
             return Call(self, request if request is not None else EngineRequest(), capability)
         except EngineError as error:
@@ -189,7 +192,10 @@ class LocalEngine:
             )
         self.error: str | None = None
         self._engine: Engine | None = None
-        self._handles: dict[tuple[object, ...], LocalHandle] = {}
+        self._handles: dict[tuple[object, ...], LocalHandle] = {}  # the loaded ones
+        self._known: weakref.WeakValueDictionary[tuple[object, ...], LocalHandle] = (
+            weakref.WeakValueDictionary()
+        )
         # One lock for every engine of the service: loading here may unload models elsewhere.
         self._lock = service.registry_lock
 
@@ -231,7 +237,7 @@ class LocalEngine:
         variant = variant or settings.engine(self.engine_id, "variant")
         merged = {**settings.engine(self.engine_id, "options", {}), **(options or {})}
         with self._lock:
-            engine = self.start()
+            self.start()
             runtime = self.service.runtime
             if not runtime.device_available(self.device):
                 raise map_error(
@@ -249,40 +255,71 @@ class LocalEngine:
                 choice.dtype,
                 json.dumps(merged, sort_keys=True, default=repr),
             )
-            handle = self._handles.get(key)
-            if handle is not None:
-                handle.last_used = time.monotonic()
-                return handle
+            # One LocalHandle per key for as long as anyone holds it: a caller's unloaded
+            # handle and a new load of the same model are the same object.
+            handle = self._handles.get(key) or self._known.get(key)
+            if handle is None:
+                spec = LoadSpec(
+                    entry.id,
+                    self.device,
+                    choice.dtype,
+                    _model_dir(entry, self.engine_id),
+                    variant,
+                    merged,
+                )
+                handle = LocalHandle(self, spec, key, list(choice.reasons))
+                self._known[key] = handle
+            if handle.loaded is None:
+                self.reload(handle)
+            handle.last_used = time.monotonic()
+            return handle
+
+    def reload(self, handle: LocalHandle) -> None:
+        """Load ``handle``'s model (after making room under the resident limit), if it is not."""
+        with self._lock:
+            if handle.loaded is not None:
+                return
+            engine, runtime = self.start(), self.service.runtime
             self.service.make_room()
-            spec = LoadSpec(
-                entry.id,
-                self.device,
-                choice.dtype,
-                _model_dir(entry, self.engine_id),
-                variant,
-                merged,
-            )
-            ctx = RequestContext(seed=0, settings=settings.as_dict())
+            ctx = RequestContext(seed=0, settings=self.service.settings.as_dict())
             started = time.perf_counter()
             try:
                 with ctx.bind():
-                    loaded = engine.load(spec, runtime, ctx)
+                    loaded = engine.load(handle.spec, runtime, ctx)
                 if not isinstance(loaded, LoadedEngine):
                     raise TypeError(
                         f"{type(engine).__name__}.load returned {type(loaded).__name__}"
                         ", expected a mizuoto_sdk.LoadedEngine"
                     )
-                handle = LocalHandle(self, spec, loaded, key)
-                runtime.manager.register(handle.model_handles, owner=handle.name)
+                components = _model_handles(loaded, self, handle.spec)
+                description = dict(loaded.describe())
+                runtime.manager.register(components, owner=handle.owner)
             except Exception as error:
                 mapped = map_error(error, self)
                 if mapped is error:
                     raise
                 raise mapped from error
-            handle.description.setdefault("load_seconds", time.perf_counter() - started)
-            handle.description.setdefault("dtype_reasons", list(choice.reasons))
-            self._handles[key] = handle
-            return handle
+            description.setdefault("load_seconds", time.perf_counter() - started)
+            description.setdefault("dtype_reasons", list(handle._reasons))
+            handle.loaded, handle.model_handles = loaded, components
+            handle.description, handle.stale = description, False
+            self._handles[handle.key] = handle
+
+    def begin_call(self, handle: LocalHandle) -> LoadedEngine:
+        """See ``LocalHandle.begin_call``; under the lock that unloading takes, so a model is
+        never unloaded between the check that it is loaded and the call's start."""
+        with self._lock:
+            self.reload(handle)
+            handle._active += 1
+            assert handle.loaded is not None
+            return handle.loaded
+
+    def end_call(self, handle: LocalHandle) -> None:
+        with self._lock:
+            handle._active -= 1
+            handle.last_used = time.monotonic()
+            if handle.stale and handle._active == 0:
+                self.unload(handle)
 
     def unload(self, handle: LocalHandle | None = None) -> list[str]:
         """Unload one handle, or every idle one; busy handles unload when their call ends."""
@@ -294,9 +331,11 @@ class LocalEngine:
                     target.stale = True
                     continue
                 if self._handles.pop(target.key, None) is not None:
-                    self.service.runtime.manager.forget(target.name)
-                    target.loaded.unload()
-                    target.loaded = None  # type: ignore[assignment]
+                    self.service.runtime.manager.forget(target.owner)
+                    loaded, target.loaded, target.model_handles = target.loaded, None, ()
+                    target.stale = False
+                    if loaded is not None:
+                        loaded.unload()
                     unloaded.append(target.name)
         return unloaded
 
@@ -342,6 +381,14 @@ def _model_handles(
         device = spec.device if tensor is None else str(tensor.device)
         handles.append(ModelHandle(item, name=name, load_device=device))
     return tuple(handles)
+
+
+def _owner(name: str, key: tuple[object, ...]) -> str:
+    """``name`` with what else tells one load of the model from another (dtype, variant,
+    options): ``"codeclm/tiny@cpu[float32]"``, ``"codeclm/tiny@cpu[bfloat16 {"x": 1}]"``."""
+    _, variant, dtype, options = key
+    extra = [str(dtype)] + ([f"variant={variant}"] if variant else [])
+    return f"{name}[{' '.join(extra + ([str(options)] if options != '{}' else []))}]"
 
 
 def _model_dir(entry: ModelEntry, engine_id: str) -> Path | None:

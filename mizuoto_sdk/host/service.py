@@ -91,11 +91,12 @@ class RuntimeService:
             components = [
                 {key: row[key] for key in _COMPONENT_FIELDS}
                 for row in rows
-                if row["owner"] == h.name
+                if row["owner"] == h.owner
             ]
             models.append(
                 {
                     "name": h.name,
+                    "owner": h.owner,
                     "engine": h.engine.engine_id,
                     "model": h.spec.model_id,
                     "device": h.spec.device,
@@ -166,10 +167,11 @@ class RuntimeService:
     def unload(self, engine_id: str | None = None) -> list[str]:
         """Unload the idle models of one engine, or of all; busy ones go when their call ends.
 
-        ``engine_id`` may also name one model as ``mizuoto runtime`` lists it
-        (``"codeclm/tiny@cpu"``).
+        ``engine_id`` may also name models as ``mizuoto runtime`` lists them
+        (``"codeclm/tiny@cpu"``: every dtype and options of it), or one model by its owner
+        (``"codeclm/tiny@cpu[float32]"``).
         """
-        named = [h for h in self.handles() if h.name == engine_id]
+        named = [h for h in self.handles() if engine_id in (h.name, h.owner)]
         if named:
             return [name for h in named for name in h.engine.unload(h)]
         return [

@@ -119,7 +119,12 @@ def test_concurrent_calls_compute_what_serial_calls_compute_and_change_no_weight
         rt.manager.register([h], owner=h.name)
 
     contexts = [[RequestContext(seed=0, manager=rt.manager) for _ in plan] for plan in plans]
-    cancelled = [c for plan, cs in zip(plans, contexts) for (_, _, x), c in zip(plan, cs) if x]
+    cancelled = [
+        ctx
+        for plan, row in zip(plans, contexts, strict=True)
+        for (_, _, flagged), ctx in zip(plan, row, strict=True)
+        if flagged
+    ]
     start = threading.Barrier(len(plans) + 1)
     failures: list[BaseException] = []
 
@@ -158,11 +163,10 @@ def test_concurrent_calls_compute_what_serial_calls_compute_and_change_no_weight
             assert torch.equal(tensor, before[name]), f"{h.name}.{name} changed"
     free, total = rt.devices.memory("cpu")
     assert total - free == sum(h.loaded_bytes for h in handles) + streamer.staging_bytes
-    for h, before in zip(handles, weights, strict=True):  # serial calls after: still exact
+    for index, h in enumerate(handles):  # serial calls after: still exact
         for seed in range(2):
-            x = inputs(h, seed)
-            out = rt.manager.run("forward", compute, h, x, handles=[h])
-            assert torch.equal(out, expected[(handles.index(h), seed)])
+            out = rt.manager.run("forward", compute, h, inputs(h, seed), handles=[h])
+            assert torch.equal(out, expected[(index, seed)])
 
 
 def test_a_unit_entered_twice_at_once_keeps_its_weights():

@@ -229,3 +229,31 @@ def test_memory_settings_are_checked_and_name_the_key(key, value, expected):
     assert caught.value.code == "invalid_request"
     assert caught.value.detail["field"] == key
     assert f"{key}: expected {expected}" in str(caught.value)
+
+
+def test_loads_that_differ_only_in_options_are_accounted_apart(memo):
+    service = _service(4 * MODEL_BYTES)
+    first = service.loaded("memo", "a", options={"variant_of_test": 1})
+    second = service.loaded("memo", "a", options={"variant_of_test": 2})
+    assert first is not second and first.name == second.name == "memo/a@cpu"
+    rows = [m for m in service.loaded_models() if m["model"] == "a"]
+    assert [r["resident_bytes"] for r in rows] == [MODEL_BYTES, MODEL_BYTES]  # not doubled
+    assert [len(r["components"]) for r in rows] == [1, 1]
+    assert first.engine.unload(first) == ["memo/a@cpu"]
+    (row,) = [m for m in service.loaded_models() if m["model"] == "a"]
+    assert row["resident_bytes"] == MODEL_BYTES  # the survivor is still tracked
+    assert service.runtime.devices.memory("cpu")[0] == 3 * MODEL_BYTES
+    assert np.array_equal(_audio(service, "a", variant_of_test=2), _audio(_service(None), "a"))
+    service.unload("memo")
+    assert service.loaded_models() == []
+    assert service.runtime.devices.memory("cpu")[0] == 4 * MODEL_BYTES  # nothing left counted
+
+
+def test_each_load_has_its_own_owner_and_unloads_by_it(memo):
+    service = _service(4 * MODEL_BYTES)
+    first = service.loaded("memo", "a", options={"variant_of_test": 1})
+    second = service.loaded("memo", "a", options={"variant_of_test": 2})
+    assert first.owner == 'memo/a@cpu[float32 {"variant_of_test": 1}]'
+    assert {r["owner"] for r in service.runtime.manager.loaded()} == {first.owner, second.owner}
+    assert service.unload(second.owner) == ["memo/a@cpu"]
+    assert [m["owner"] for m in service.loaded_models()] == [first.owner]

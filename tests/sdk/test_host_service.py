@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from conftest import manifest_arguments, plugin_source
 
 from mizuoto_sdk import Discovery, EngineError
-from mizuoto_sdk.host import RuntimeService, Settings
+from mizuoto_sdk.host import EngineRequest, RuntimeService, Settings
 
 
 def resident(service: RuntimeService) -> list[str]:
@@ -43,6 +45,45 @@ def test_pinned_engines_stay_resident(host_engine):
     service.settings.set("engines.hosted.pinned", False)
     service.loaded("hosted", "c")
     assert resident(service) == ["c"]
+
+
+def test_a_handle_unloaded_to_make_room_loads_again_when_its_call_begins(host_engine):
+    service = RuntimeService({"compute.max_resident_models": 1}, host_engine.discovery)
+    a = service.loaded("hosted", "a")
+    stream = a.synthesize("asked for before b was loaded")
+    assert service.loaded("hosted", "b").spec.model_id == "b"  # a was idle: unloaded for b
+    assert resident(service) == ["b"]
+    assert len(list(stream)) == 3
+    assert resident(service) == ["a"]  # a came back for its call, and b made room for it
+    assert len(list(service.loaded("hosted", "b").synthesize("b again"))) == 3
+    assert len(list(a.synthesize("a again"))) == 3
+    assert service.loaded("hosted", "a") is a  # still the one handle of that model
+
+
+def test_threads_alternating_two_models_over_one_slot_never_see_an_unloaded_one(host_engine):
+    service = RuntimeService({"compute.max_resident_models": 1}, host_engine.discovery)
+    turns = [threading.Barrier(2) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def alternate(first: str, second: str) -> None:
+        try:
+            for round_ in range(20):
+                model = first if round_ % 2 == 0 else second
+                handle = service.loaded("hosted", model)
+                turns[0].wait()  # both hold a handle; one of them was just unloaded by the other
+                assert len(list(handle.synthesize("x", EngineRequest(params={"chunks": 1})))) == 1
+                turns[1].wait()
+        except BaseException as error:  # handed to the main thread
+            errors.append(error)
+            for barrier in turns:
+                barrier.abort()
+
+    threads = [threading.Thread(target=alternate, args=pair) for pair in (("a", "b"), ("b", "a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, repr(errors[0])
 
 
 def test_loading_the_same_model_twice_returns_the_same_handle(host_engine):

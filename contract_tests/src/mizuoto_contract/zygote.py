@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 _LOCK = threading.Lock()
+# Held from a fork until its exit is read: the zygote answers one child at a time.
+_ONE_CHILD = threading.Lock()
 _RUNNING: dict[str, Zygote] = {}
 
 
@@ -98,6 +100,7 @@ class Zygote:
             if ready:
                 line = stdout.readline()
                 child.returncode = int(json.loads(line)["exit"]) if line else -9
+                _ONE_CHILD.release()
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
@@ -107,13 +110,19 @@ def fork(argv: list[str], environment: dict[str, str], output: Path) -> ForkedCh
     """Run ``python -m mizuoto_contract.isolated *argv`` as a fork of the zygote, starting the
     zygote on first use (with ``environment``, whose PYTHONHASHSEED differs from the caller's).
 
-    Runs are one at a time: the caller waits for (or kills) each child before the next fork.
+    Runs are one at a time: a second fork waits until the first child's exit has been read
+    (``wait``, or ``kill`` then ``wait``).
     """
-    with _LOCK:
-        zygote = _RUNNING.get("zygote")
-        if zygote is None or not zygote.alive():
-            zygote = _RUNNING["zygote"] = Zygote(environment)
-        return zygote.fork(argv, environment, output)
+    _ONE_CHILD.acquire()
+    try:
+        with _LOCK:
+            zygote = _RUNNING.get("zygote")
+            if zygote is None or not zygote.alive():
+                zygote = _RUNNING["zygote"] = Zygote(environment)
+            return zygote.fork(argv, environment, output)
+    except BaseException:
+        _ONE_CHILD.release()
+        raise
 
 
 def _child(request: dict[str, Any]) -> None:

@@ -15,8 +15,8 @@ from mizuoto_broken.base import SAMPLE_RATE, BaseEngine, BaseLoaded
 from mizuoto_sdk import AudioChunk
 
 BREAKS = ("stream.cancel", "stream.timeout")
-STEP_SECONDS = 0.15
-FLUSH_SECONDS = 2.2
+STEP_SECONDS = 0.12
+FLUSH_SECONDS = 2.1
 
 
 class Loaded(BaseLoaded):

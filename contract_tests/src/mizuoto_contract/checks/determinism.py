@@ -142,19 +142,6 @@ CHECKS = (
         requires=STREAM_OUTPUT,
     ),
     Check(
-        "determinism.concurrent",
-        "Two calls at once on one loaded model give the audio they give one after the other.",
-        "A server answers requests from many threads on one model; state shared between calls "
-        "(a generator, a cache, a buffer reused in place) mixes them up. Run fully resident and, "
-        "for an engine with handles, under a memory budget that streams its layers.",
-        "Keep per-call state in locals or the RequestContext; never write to shared modules "
-        "or buffers during a call; guard caches with a lock.",
-        "core",
-        concurrent,
-        ("streaming",),
-        requires=(*STREAM_OUTPUT, "determinism.same_handle"),
-    ),
-    Check(
         "determinism.global_rng_independent",
         "Reseeding or drawing from the global RNGs between calls changes nothing.",
         "Other engines and the host use the global generators; an engine reading them cannot "
@@ -174,5 +161,22 @@ CHECKS = (
         seed_matters,
         ("streaming", "stochastic"),
         requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "determinism.concurrent",
+        "Two calls at once on one loaded model give the audio they give one after the other.",
+        "A server answers requests from many threads on one model; state shared between calls "
+        "(a generator, a cache, a buffer reused in place) mixes them up. Run fully resident and, "
+        "for an engine with handles, under a memory budget that streams its layers.",
+        "Keep per-call state in locals or the RequestContext; never write to shared modules "
+        "or buffers during a call; guard caches with a lock.",
+        "core",
+        concurrent,
+        ("streaming",),
+        requires=(
+            *STREAM_OUTPUT,
+            "determinism.same_handle",
+            "determinism.global_rng_independent",
+        ),
     ),
 )

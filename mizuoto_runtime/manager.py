@@ -324,7 +324,10 @@ class ModelManager:
                 if not self.devices.is_oom(exc):
                     raise
                 error = f"{type(exc).__name__}: {exc}"
-            # Out of the except block now: the failed attempt's frames and tensors are gone.
+            # Out of the except block now: the failed attempt's frames and tensors are gone,
+            # and until the next placement the phase computes nothing with its handles.
+            with self._lock:
+                lease.stop()
             self._next_level(lease, plan, error, attempt, context, mark)
             plan = plan.retry()
             if context is not None:

@@ -37,7 +37,7 @@ class Entry:
         self.handle, self.owner = handle, owner
         self.scarce = scarce  # device memory is accounted (an accelerator or a simulated one)
         self.holders: dict[int, int] = {}  # thread id -> phases holding the handle
-        self.running: dict[int, int] = {}  # thread id -> its phases past their placement
+        self.running: dict[int, int] = {}  # thread id -> its phases computing with it
         self.calls = 0  # calls holding it between their phases (``hold``)
         self.last_used, self.tick = time.time(), 0
 
@@ -47,7 +47,8 @@ class Entry:
 
 
 class Lease:
-    """One phase's hold on its entries; ``running`` once its first placement went through."""
+    """One phase's hold on its entries; ``running`` from a placement that went through until
+    the attempt fails or the phase ends (in between, its handles may be placed by others)."""
 
     __slots__ = ("entries", "running", "thread")
 
@@ -67,11 +68,17 @@ class Lease:
             for entry in self.entries:
                 entry.running[self.thread] = entry.running.get(self.thread, 0) + 1
 
+    def stop(self) -> None:
+        """The phase computes no more (an attempt failed): others may place its handles."""
+        if self.running:
+            self.running = False
+            for entry in self.entries:
+                _drop_one(entry.running, self.thread)
+
     def release(self) -> None:
+        self.stop()
         for entry in self.entries:
             _drop_one(entry.holders, self.thread)
-            if self.running:
-                _drop_one(entry.running, self.thread)
 
 
 class MemoryWaits:

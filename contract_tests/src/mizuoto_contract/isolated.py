@@ -7,7 +7,8 @@ global seed drawn at load) is in place before any later "before" snapshot. Here 
 first; then the engine is imported, loaded, called twice, closed early, cancelled and unloaded,
 with process state, child processes and temporary files read after each phase. The child also
 has a hash seed and a temporary folder of its own, and reports the digest of its seeded audio for
-determinism.fresh_process. One run serves every check that reads it.
+determinism.fresh_process. One run serves every check that reads it; it starts when the first of
+them runs (they run last).
 
     python -m mizuoto_contract.isolated ENGINE DEVICE TEXT   (prints one JSON line)
 """
@@ -36,6 +37,19 @@ PHASES = ("import", "load", "call", "second call", "early close", "cancel", "unl
 _TIMEOUT_SECONDS = 600.0
 
 
+def prepare(subject: Subject) -> None:
+    """Get ready for an isolated run without computing anything yet: on Linux, start the fork
+    server, which imports torch. The run itself waits for the checks that read it, which run
+    last: two processes computing with torch at once on few cores slow each other down many
+    times over (their thread pools spin against each other)."""
+    # The environment, folder and import path the child starts from, as they are before any
+    # check runs: an engine that changes one in this process would otherwise hand its change to
+    # the child, where making it again changes nothing.
+    subject.shared.setdefault("isolated_start", (dict(os.environ), os.getcwd(), list(sys.path)))
+    if zygote.available():
+        zygote.warm(child_environment())
+
+
 def start(subject: Subject) -> None:
     """Start the isolated run in the background (once per subject)."""
     if "isolated" in subject.shared or "isolated_report" in subject.shared:
@@ -49,11 +63,17 @@ def start(subject: Subject) -> None:
         "TMP": str(temp),
         "MIZUOTO_PLUGINS": subject.record.distribution,
     }
+    base, cwd, path = subject.shared.get(
+        "isolated_start", (dict(os.environ), os.getcwd(), list(sys.path))
+    )
+    environment = {**base, **environment, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     argv = [subject.engine_id, subject.device, subject.text]
     if zygote.available():
-        child: Any = zygote.fork(argv, child_environment(environment), folder)
+        child: Any = zygote.fork(argv, child_environment(environment, base), folder, cwd, path)
     else:
-        child = subject.in_child(["-m", "mizuoto_contract.isolated", *argv], environment, folder)
+        child = subject.in_child(
+            ["-m", "mizuoto_contract.isolated", *argv], environment, folder, base=base, cwd=cwd
+        )
     subject.shared["isolated"] = (child, folder)
 
 

@@ -171,8 +171,8 @@ def run_contract(
         )
     selected = checks_by_id(checks)
     if subject.record.status == "ok" and any(c.id in ISOLATED for c in selected):
-        isolated.start(subject)  # runs in the background while the other checks run here
-    # The checks that read the fresh process run last, while it works in the background.
+        isolated.prepare(subject)
+    # The checks that read the fresh process run last (see isolated.prepare).
     order = [c for c in selected if c.id not in ISOLATED] + [
         c for c in selected if c.id in ISOLATED
     ]

@@ -197,15 +197,19 @@ class Subject:
         arguments: list[str],
         environment: Mapping[str, str] | None = None,
         output: Path | None = None,
+        *,
+        base: Mapping[str, str] | None = None,
+        cwd: str | None = None,
     ) -> subprocess.Popen[str]:
         """Start a fresh interpreter that sees the same plugins, with a hash seed of its own.
 
         Python salts ``hash()`` per process unless PYTHONHASHSEED fixes it; CI runners often do,
         and a child inheriting the parent's value would hide hash-dependent output. With
         ``output`` (a folder), stdout and stderr go to files there instead of pipes, so that a
-        program the engine started and left running cannot hold the answer back.
+        program the engine started and left running cannot hold the answer back. ``base`` is the
+        environment to start from (default: this one), ``cwd`` the folder (default: this one).
         """
-        env = child_environment(environment)
+        env = child_environment(environment, base)
         if output is None:
             streams: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
         else:
@@ -218,6 +222,7 @@ class Subject:
             stdin=subprocess.DEVNULL,
             text=True,
             env=env,
+            cwd=cwd,
             **streams,
         )
         child.output = output  # type: ignore[attr-defined]
@@ -234,10 +239,13 @@ class Subject:
         return child_result(child, expected, timeout)
 
 
-def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This environment for a child that sees the same plugins, with a hash seed of its own."""
-    path = os.pathsep.join(p for p in sys.path if p)
-    env = {**os.environ, "PYTHONPATH": path, **(extra or {})}
+def child_environment(
+    extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``base`` (default: this environment) for a child that sees the same plugins, with a
+    hash seed of its own."""
+    base = os.environ if base is None else base
+    env = {**base, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **(extra or {})}
     env["PYTHONHASHSEED"] = str(_other_hash_seed(os.environ.get("PYTHONHASHSEED")))
     return env
 

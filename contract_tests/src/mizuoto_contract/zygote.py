@@ -7,7 +7,7 @@ milliseconds: the child still holds no engine code, and reads its baseline itsel
 a hash seed of its own (never the caller's PYTHONHASHSEED). Elsewhere, or when forking is not
 safe, each run starts its own interpreter.
 
-Protocol, one JSON line each way: the caller sends ``{"argv", "env", "path", "output"}``; the
+Protocol, one JSON line each way: the caller sends ``{"argv", "env", "path", "output", "cwd"}``; the
 zygote answers ``{"pid"}`` once the child runs and ``{"exit"}`` when it ends. Closing the
 zygote's stdin ends it.
 """
@@ -79,8 +79,16 @@ class Zygote:
     def alive(self) -> bool:
         return self._process.poll() is None
 
-    def fork(self, argv: list[str], environment: dict[str, str], output: Path) -> ForkedChild:
-        request = {"argv": argv, "env": environment, "path": sys.path, "output": str(output)}
+    def fork(
+        self, argv: list[str], environment: dict[str, str], output: Path, cwd: str, path: list[str]
+    ) -> ForkedChild:
+        request = {
+            "argv": argv,
+            "env": environment,
+            "path": path,
+            "output": str(output),
+            "cwd": cwd,
+        }
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(json.dumps(request) + "\n")
         self._process.stdin.flush()
@@ -106,7 +114,17 @@ class Zygote:
                 return False
 
 
-def fork(argv: list[str], environment: dict[str, str], output: Path) -> ForkedChild:
+def warm(environment: dict[str, str]) -> None:
+    """Start the zygote now (it imports torch, which takes a while) if none runs."""
+    with _LOCK:
+        zygote = _RUNNING.get("zygote")
+        if zygote is None or not zygote.alive():
+            _RUNNING["zygote"] = Zygote(environment)
+
+
+def fork(
+    argv: list[str], environment: dict[str, str], output: Path, cwd: str, path: list[str]
+) -> ForkedChild:
     """Run ``python -m mizuoto_contract.isolated *argv`` as a fork of the zygote, starting the
     zygote on first use (with ``environment``, whose PYTHONHASHSEED differs from the caller's).
 
@@ -119,7 +137,7 @@ def fork(argv: list[str], environment: dict[str, str], output: Path) -> ForkedCh
             zygote = _RUNNING.get("zygote")
             if zygote is None or not zygote.alive():
                 zygote = _RUNNING["zygote"] = Zygote(environment)
-            return zygote.fork(argv, environment, output)
+            return zygote.fork(argv, environment, output, cwd, path)
     except BaseException:
         _ONE_CHILD.release()
         raise
@@ -141,6 +159,7 @@ def _child(request: dict[str, Any]) -> None:
         environment = {k: v for k, v in request["env"].items() if k != "PYTHONHASHSEED"}
         os.environ.clear()
         os.environ.update(environment)
+        os.chdir(request["cwd"])
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
         sys.path[:] = request["path"]
         importlib.invalidate_caches()

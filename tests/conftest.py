@@ -98,6 +98,7 @@ def manifest_arguments(engine_id: str, implementation: str, extra: str = "") -> 
 # A configurable engine for the host tests: params["mode"] picks a behaviour, EVENTS records
 # what the engine saw (in order), so tests can assert laziness, cleanup, modes and threads.
 HOST_ENGINE = """
+    import sys
     import threading
     import time
 
@@ -120,6 +121,8 @@ HOST_ENGINE = """
             _state("load")
             if spec.options.get("fail_load"):
                 raise ValueError("load failed on purpose")
+            if spec.options.get("exit_load"):
+                sys.exit(4)
             return Loaded(spec)
 
     class Loaded(LoadedEngine):
@@ -146,6 +149,8 @@ HOST_ENGINE = """
                         time.sleep(0.03)
                     if mode == "raise":
                         raise ValueError("broken on purpose")
+                    if mode == "exit":
+                        sys.exit(3)
                     if mode == "oom":
                         raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
                     if mode == "invalid":
@@ -200,4 +205,6 @@ def host_engine(make_dist: MakeDist, unique: Callable[[str], str]) -> SimpleName
     )
     discovery = Discovery(path=[str(site)], selection=None)
     module = __import__(engine_module)
-    return SimpleNamespace(discovery=discovery, events=module.EVENTS, engine_id="hosted")
+    return SimpleNamespace(
+        discovery=discovery, events=module.EVENTS, engine_id="hosted", module=module
+    )

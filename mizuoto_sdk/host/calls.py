@@ -136,14 +136,27 @@ class Call:
                 ),
             ):
                 return function(*args)
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # sys.exit in engine code must not end the host
             mapped = map_error(error, self.handle.engine, self.handle)
             if mapped is error:
                 raise
             raise mapped from error
 
     def check_cancel(self) -> None:
-        """The host's own check between steps, for engines that never reach theirs."""
+        """The host's own check between steps, for engines that never reach theirs.
+
+        It reads the request itself, so a cancel or timeout that the watcher has not forwarded
+        yet (it looks every 20 ms) still ends a fast stream at its next chunk.
+        """
+        if self.request.cancel_event.is_set():
+            self.ctx.cancel("cancelled")
+        elif (
+            self.request.timeout is not None
+            and time.perf_counter() >= self._started + self.request.timeout
+        ):
+            self.ctx.cancel("timeout")
         try:
             self.ctx.check_cancel()
         except EngineError as error:

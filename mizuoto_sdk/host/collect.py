@@ -48,9 +48,8 @@ def collect(
     ]
 
     def whole() -> AudioChunk:
-        # The loaded engine the call runs on (a call that begins may load the model again).
-        loaded = getattr(call, "loaded", None) or handle.loaded
-        chunks = iter(getattr(loaded, capability)(*checked, call.ctx.params, call.ctx))
+        # The engine this call runs on: a call that begins may have loaded the model again.
+        chunks = iter(getattr(call.loaded, capability)(*checked, call.ctx.params, call.ctx))
         try:
             converted = [host_chunk(chunk, index) for index, chunk in enumerate(chunks)]
         finally:

@@ -215,13 +215,29 @@ class LocalEngine:
     def start(self) -> Engine:
         """Import the implementation (torch stays unimported until ``load``)."""
         if self._engine is None:
+            engine_class = self._engine_class()
             try:
-                self._engine = self.service.discovery.get_engine(self.engine_id)()
-            except EngineError as error:
-                self.error = str(error)
-                raise map_error(error, self) from None
+                self._engine = engine_class()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # a constructor that raises or exits
+                self.error = f"{engine_class.__name__}() failed: {type(error).__name__}: {error}"
+                raise map_error(
+                    EngineUnavailable(
+                        f"{self.engine_id}: {self.error}",
+                        {"reason": "constructor_failed", "exception": type(error).__name__},
+                    ),
+                    self,
+                ) from error
             self.error = None
         return self._engine
+
+    def _engine_class(self) -> type[Engine]:
+        try:
+            return self.service.discovery.get_engine(self.engine_id)
+        except EngineError as error:
+            self.error = str(error)
+            raise map_error(error, self) from None
 
     def load(
         self,
@@ -283,6 +299,7 @@ class LocalEngine:
             self.service.make_room()
             ctx = RequestContext(seed=0, settings=self.service.settings.as_dict())
             started = time.perf_counter()
+            loaded = None
             try:
                 with ctx.bind():
                     loaded = engine.load(handle.spec, runtime, ctx)
@@ -294,7 +311,13 @@ class LocalEngine:
                 components = _model_handles(loaded, self, handle.spec)
                 description = dict(loaded.describe())
                 runtime.manager.register(components, owner=handle.owner)
-            except Exception as error:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # sys.exit in engine code must not end the host
+                if isinstance(loaded, LoadedEngine):
+                    # Loaded but not usable: give back what it holds; its own error wins.
+                    with contextlib.suppress(Exception):
+                        loaded.unload()
                 mapped = map_error(error, self)
                 if mapped is error:
                     raise

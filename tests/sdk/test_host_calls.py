@@ -61,7 +61,6 @@ def test_the_host_stops_an_engine_that_never_checks_cancel_between_chunks(handle
     stream = handle.synthesize("hello", request)
     next(stream)
     request.cancel()
-    time.sleep(0.05)  # let the watcher forward it
     with pytest.raises(CancelledError):
         for _ in stream:
             pass
@@ -90,6 +89,44 @@ def test_any_other_exception_becomes_engine_error_with_name_and_traceback(handle
     assert error.detail["exception"] == "ValueError"
     assert "broken on purpose" in error.detail["traceback"]
     assert isinstance(error.__cause__, ValueError)
+
+
+def test_engine_code_that_calls_sys_exit_is_an_engine_error_and_the_host_goes_on(
+    service, host_engine, handle
+):
+    with pytest.raises(EngineError) as caught:
+        list(handle.synthesize("hello", EngineRequest(params={"mode": "exit"})))
+    assert caught.value.code == "engine_error"
+    assert caught.value.detail["exception"] == "SystemExit"
+    with pytest.raises(EngineError) as caught:
+        service.loaded(host_engine.engine_id, "b", options={"exit_load": True})
+    assert caught.value.code == "engine_error"
+    assert caught.value.detail["exception"] == "SystemExit"
+    assert len(list(handle.synthesize("hello"))) == 3  # the host still serves
+
+
+def test_an_engine_whose_constructor_fails_is_unavailable_with_the_reason(
+    service, host_engine, monkeypatch
+):
+    def broken(self):
+        raise ValueError("no licence file")
+
+    monkeypatch.setattr(host_engine.module.HostEngine, "__init__", broken)
+    with pytest.raises(EngineError) as caught:
+        service.loaded(host_engine.engine_id, "a")
+    assert caught.value.code == "engine_unavailable"
+    assert "no licence file" in str(caught.value)
+    assert caught.value.detail["exception"] == "ValueError"
+    assert service.engine(host_engine.engine_id).state == "crashed"
+
+
+def test_a_cancel_ends_a_fast_stream_at_its_next_chunk_without_waiting_for_the_watcher(handle):
+    request = EngineRequest(params={"chunks": 1000})
+    stream = handle.synthesize("hello", request)
+    next(stream)
+    request.cancel()
+    with pytest.raises(CancelledError):
+        next(stream)
 
 
 def test_out_of_memory_releases_idle_models_on_the_device_and_is_compute_unavailable(

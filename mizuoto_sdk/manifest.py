@@ -155,6 +155,11 @@ def _check_api_version(instance: EngineManifest, attribute: attrs.Attribute, val
     parse_api_version(value)
 
 
+def _check_sample_text(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(f"sample_text: expected some words, or None; got {value!r}")
+
+
 @attrs.frozen
 class EngineManifest:
     """Everything the host needs to list, select and later import an engine.
@@ -163,6 +168,8 @@ class EngineManifest:
     ``Engine`` subclass as ``"package.module:Class"``; it is imported only when the engine is used.
     ``dtypes`` is in preference order. ``stochastic`` says that a different seed changes the output.
     ``expected_failures`` maps contract check ids the engine knowingly fails to the reason why.
+    ``sample_text`` is the input the contract suite speaks (None: its own three sentences); name
+    one that exercises what your engine streams by, e.g. several sentences for a sentence-chunker.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -181,6 +188,8 @@ class EngineManifest:
     stochastic: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     expected_failures: Mapping[str, str] = attrs.field(factory=dict, converter=_reasons, hash=False)
     description: str = ""
+    sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
+    sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

@@ -328,6 +328,13 @@ def test_text_names_the_input_and_a_check_that_cannot_do_its_job_fails(corpus, c
     assert "text: expected some words" in capsys.readouterr().err
 
 
+def test_the_manifests_sample_text_is_what_the_checks_speak_unless_text_is_given(corpus, capsys):
+    code = main(["corpus-one-word", "--check", "stream.cancel"])
+    out = capsys.readouterr().out
+    assert code == 1 and "failed   stream.cancel" in out
+    assert main(["corpus-one-word", "--check", "stream.cancel", "--text", "One. Two. Three."]) == 0
+
+
 def test_the_fresh_process_runs_the_same_without_the_fork_server(corpus, monkeypatch):
     """Where forking is unavailable (not Linux), each isolated run starts an interpreter."""
     from mizuoto_contract import run_contract, zygote

@@ -59,6 +59,8 @@ def subject_for(
 ) -> Subject:
     discovery = discovery or Discovery()
     subject = Subject(engine_id, device, _record(engine_id, discovery), discovery)
+    # --text wins over the manifest's sample_text, which wins over the suite's own sentences.
+    text = subject.manifest.sample_text if text is None else text
     if text is not None:
         if not isinstance(text, str) or not text.strip():
             raise ContractUsageError(f"text: expected some words to speak, got {text!r}")

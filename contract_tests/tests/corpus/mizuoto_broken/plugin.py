@@ -16,6 +16,8 @@ def mizuoto_engines() -> list[EngineManifest]:
     return [
         manifest("corpus-good", BASE),
         manifest("corpus-strict", "mizuoto_broken.strict:Engine"),
+        # The good engine, told by its manifest to be checked on one word: too short to cancel.
+        manifest("corpus-one-word", BASE, sample_text="Hello."),
         broken("discovery.engine_import_torch_free"),
         broken("discovery.class_matches_manifest"),
         broken("load.device"),

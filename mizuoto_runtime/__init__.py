@@ -1,1 +1,171 @@
-"""Building blocks engines are made of. Importing this package never imports torch."""
+"""Building blocks engines are made of. Importing this package never imports torch.
+
+What an engine imports comes from here, ``from mizuoto_runtime import QwenDecoder, load_into``,
+and nothing else is promised: the modules behind these names may move, these names stay. Each
+name is resolved on first use (PEP 562), so importing the package costs nothing and torch waits
+until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
+
+- the call: ``RequestContext``, ``current_context``, ``Runtime`` (what ``Engine.load`` is given)
+- devices: ``DeviceService``, ``DeviceProperties``, ``pick_dtype``, ``is_oom``
+- memory: ``ModelHandle``, a model the memory manager may place, release and stream
+- layers: ``ops`` (layers that cost nothing to construct), ``init_random``
+- weights: ``load_state_dict``, ``load_into``, ``strip_prefix``, ``replace_prefixes``,
+  ``fold_weight_norm``, ``LoadError``, ``CheckpointError``
+- attention: ``accel``, ``attention``, ``Site`` (upstream's computation by default)
+- sampling: ``SamplingParams``, ``InvalidSamplingParams``, ``hf_sample``, ``hf_process``,
+  ``multinomial1``, all on the request's generator
+- decoders: ``lm``, ``QwenConfig``, ``QwenDecoder``, ``BufferCache``, ``DynamicCache``,
+  ``mask_for``, ``generate``, ``peak_bytes``
+- acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
+- files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mizuoto_runtime import accel, lm, ops
+    from mizuoto_runtime.accel import Site, attention
+    from mizuoto_runtime.audio import resample
+    from mizuoto_runtime.checkpoint import CheckpointError, load_state_dict
+    from mizuoto_runtime.compile import Compiled, compile_module
+    from mizuoto_runtime.context import RequestContext, current_context
+    from mizuoto_runtime.convert.onnx import load_onnx
+    from mizuoto_runtime.device import DeviceService, is_oom
+    from mizuoto_runtime.dtypes import DeviceProperties, pick_dtype
+    from mizuoto_runtime.graphs import DecoderSteps, Graphs, LayerSteps
+    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.lm import (
+        BufferCache,
+        DynamicCache,
+        QwenConfig,
+        QwenDecoder,
+        generate,
+        mask_for,
+    )
+    from mizuoto_runtime.lm.memory import peak_bytes
+    from mizuoto_runtime.loading import (
+        LoadError,
+        fold_weight_norm,
+        load_into,
+        replace_prefixes,
+        strip_prefix,
+    )
+    from mizuoto_runtime.ops import init_random
+    from mizuoto_runtime.runtime import Runtime
+    from mizuoto_runtime.sampling import (
+        InvalidSamplingParams,
+        SamplingParams,
+        hf_process,
+        hf_sample,
+        multinomial1,
+    )
+    from mizuoto_runtime.voices import find_voice, voice_roots
+
+# name -> the module that defines it; a module's own name maps to itself (a subpackage).
+_WHERE = {
+    "RequestContext": "mizuoto_runtime.context",
+    "current_context": "mizuoto_runtime.context",
+    "Runtime": "mizuoto_runtime.runtime",
+    "DeviceService": "mizuoto_runtime.device",
+    "is_oom": "mizuoto_runtime.device",
+    "DeviceProperties": "mizuoto_runtime.dtypes",
+    "pick_dtype": "mizuoto_runtime.dtypes",
+    "ModelHandle": "mizuoto_runtime.handle",
+    "ops": "mizuoto_runtime.ops",
+    "init_random": "mizuoto_runtime.ops",
+    "load_state_dict": "mizuoto_runtime.checkpoint",
+    "CheckpointError": "mizuoto_runtime.checkpoint",
+    "load_into": "mizuoto_runtime.loading",
+    "strip_prefix": "mizuoto_runtime.loading",
+    "replace_prefixes": "mizuoto_runtime.loading",
+    "fold_weight_norm": "mizuoto_runtime.loading",
+    "LoadError": "mizuoto_runtime.loading",
+    "accel": "mizuoto_runtime.accel",
+    "attention": "mizuoto_runtime.accel",
+    "Site": "mizuoto_runtime.accel",
+    "SamplingParams": "mizuoto_runtime.sampling",
+    "InvalidSamplingParams": "mizuoto_runtime.sampling",
+    "hf_sample": "mizuoto_runtime.sampling",
+    "hf_process": "mizuoto_runtime.sampling",
+    "multinomial1": "mizuoto_runtime.sampling",
+    "lm": "mizuoto_runtime.lm",
+    "QwenConfig": "mizuoto_runtime.lm",
+    "QwenDecoder": "mizuoto_runtime.lm",
+    "BufferCache": "mizuoto_runtime.lm",
+    "DynamicCache": "mizuoto_runtime.lm",
+    "mask_for": "mizuoto_runtime.lm",
+    "generate": "mizuoto_runtime.lm",
+    "peak_bytes": "mizuoto_runtime.lm.memory",
+    "Graphs": "mizuoto_runtime.graphs",
+    "DecoderSteps": "mizuoto_runtime.graphs",
+    "LayerSteps": "mizuoto_runtime.graphs",
+    "compile_module": "mizuoto_runtime.compile",
+    "Compiled": "mizuoto_runtime.compile",
+    "load_onnx": "mizuoto_runtime.convert.onnx",
+    "resample": "mizuoto_runtime.audio",
+    "find_voice": "mizuoto_runtime.voices",
+    "voice_roots": "mizuoto_runtime.voices",
+}
+
+__all__ = [
+    "BufferCache",
+    "CheckpointError",
+    "Compiled",
+    "DecoderSteps",
+    "DeviceProperties",
+    "DeviceService",
+    "DynamicCache",
+    "Graphs",
+    "InvalidSamplingParams",
+    "LayerSteps",
+    "LoadError",
+    "ModelHandle",
+    "QwenConfig",
+    "QwenDecoder",
+    "RequestContext",
+    "Runtime",
+    "SamplingParams",
+    "Site",
+    "accel",
+    "attention",
+    "compile_module",
+    "current_context",
+    "find_voice",
+    "fold_weight_norm",
+    "generate",
+    "hf_process",
+    "hf_sample",
+    "init_random",
+    "is_oom",
+    "lm",
+    "load_into",
+    "load_onnx",
+    "load_state_dict",
+    "mask_for",
+    "multinomial1",
+    "ops",
+    "peak_bytes",
+    "pick_dtype",
+    "replace_prefixes",
+    "resample",
+    "strip_prefix",
+    "voice_roots",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Import the module behind ``name`` on first use (PEP 562) and keep the value here."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(where)
+    value = module if where == f"{__name__}.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

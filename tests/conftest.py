@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mizuoto_sdk import Discovery
+from mizuoto_sdk.host import Discovery
 
 MakeDist = Callable[..., Path]
 

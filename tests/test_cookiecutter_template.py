@@ -271,7 +271,7 @@ def test_the_host_lists_every_installed_combination_as_ok(site, tmp_path):
         assert row["devices"] == (["cpu", "cuda", "mps", "xpu"] if torch else ["cpu"])
         assert row["dtypes"] == (["float32", "bfloat16", "float16"] if torch else ["float32"])
     script = (
-        "import json; from mizuoto_sdk import discover; "
+        "import json; from mizuoto_sdk.host import discover; "
         "print(json.dumps({r.id: r.manifest.description for r in discover().records() if r.ok}))"
     )
     done = run([sys.executable, "-c", script], cwd=tmp_path, env=child_environment(site))

@@ -21,7 +21,7 @@ import pytest
 from mizuoto_contract.checks import ALL
 from mizuoto_contract.cli import main
 from mizuoto_contract.registry import STATUSES
-from mizuoto_sdk import Discovery
+from mizuoto_sdk.host import Discovery
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CHECK_IDS = [check.id for check in ALL]

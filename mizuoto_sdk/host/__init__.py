@@ -1,8 +1,26 @@
-"""The host: how the Mizuoto server (and the CLI) drive engines in this process."""
+"""The host: how the Mizuoto server (and the CLI) drive engines in this process.
 
+Finding engines (``discover``, ``Discovery``, ``EngineRecord``, ``get_engine``) and turning a
+wire error code back into its exception (``error_from_code``) are host work, so they are
+imported from here. Importing this package never imports torch.
+"""
+
+from mizuoto_sdk.discovery import Discovery, EngineRecord, discover, get_engine
+from mizuoto_sdk.errors import error_from_code
 from mizuoto_sdk.host.local import LocalEngine, LocalHandle
 from mizuoto_sdk.host.request import EngineRequest
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.settings import Settings
 
-__all__ = ["EngineRequest", "LocalEngine", "LocalHandle", "RuntimeService", "Settings"]
+__all__ = [
+    "Discovery",
+    "EngineRecord",
+    "EngineRequest",
+    "LocalEngine",
+    "LocalHandle",
+    "RuntimeService",
+    "Settings",
+    "discover",
+    "error_from_code",
+    "get_engine",
+]

@@ -10,7 +10,6 @@ import pytest
 from conftest import manifest_arguments, plugin_source
 
 from mizuoto_sdk import (
-    Discovery,
     Engine,
     EngineManifest,
     EngineNotFound,
@@ -18,6 +17,7 @@ from mizuoto_sdk import (
     ModelEntry,
     hookimpl,
 )
+from mizuoto_sdk.host import Discovery
 
 # A real distribution of plugins and engines that misbehave on purpose (see its package docstring).
 FIXTURE_SITE = Path(__file__).parent / "fixture_site"

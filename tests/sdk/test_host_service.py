@@ -7,8 +7,8 @@ import threading
 import pytest
 from conftest import manifest_arguments, plugin_source
 
-from mizuoto_sdk import Discovery, EngineError
-from mizuoto_sdk.host import EngineRequest, RuntimeService, Settings
+from mizuoto_sdk import EngineError
+from mizuoto_sdk.host import Discovery, EngineRequest, RuntimeService, Settings
 
 
 def resident(service: RuntimeService) -> list[str]:

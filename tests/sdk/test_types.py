@@ -14,8 +14,8 @@ from mizuoto_sdk import (
     LoadSpec,
     ModelEntry,
     Unsupported,
-    error_from_code,
 )
+from mizuoto_sdk.host import error_from_code
 
 
 def manifest(**overrides):

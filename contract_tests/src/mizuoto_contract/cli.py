@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     from mizuoto_contract.runner import ContractUsageError, checks_by_id, engines_for, run_contract
-    from mizuoto_sdk import Discovery
+    from mizuoto_sdk.host import Discovery
 
     discovery = Discovery()
     runs: list[tuple[str, str, list[CheckResult]]] = []

@@ -157,7 +157,7 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
     from mizuoto_contract.runner import subject_for
     from mizuoto_contract.subject import SEED, digest
     from mizuoto_runtime.snapshot import snapshot
-    from mizuoto_sdk import Discovery
+    from mizuoto_sdk.host import Discovery
 
     temp = tempfile.gettempdir()
     baseline = snapshot()

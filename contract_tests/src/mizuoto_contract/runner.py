@@ -10,8 +10,8 @@ from mizuoto_contract.checks import ALL, ISOLATED
 from mizuoto_contract.registry import Check, CheckResult, Fail, Skip
 from mizuoto_contract.subject import Subject
 from mizuoto_contract.trace import short_traceback
-from mizuoto_sdk import Discovery, EngineRecord
 from mizuoto_sdk.discovery import normalize_name
+from mizuoto_sdk.host import Discovery, EngineRecord
 
 
 class ContractUsageError(ValueError):

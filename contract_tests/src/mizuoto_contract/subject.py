@@ -24,8 +24,8 @@ import attrs
 
 from mizuoto_contract.registry import Fail, Skip
 from mizuoto_runtime.context import RequestContext
-from mizuoto_sdk import AudioChunk, Discovery, EngineError, EngineManifest, EngineRecord
-from mizuoto_sdk.host import EngineRequest, LocalHandle, RuntimeService
+from mizuoto_sdk import AudioChunk, EngineError, EngineManifest
+from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalHandle, RuntimeService
 
 STREAMING = ("synthesize", "convert", "edit")
 SEED = 1234

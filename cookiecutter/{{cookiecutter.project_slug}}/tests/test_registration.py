@@ -2,7 +2,8 @@
 
 from importlib.metadata import entry_points
 
-from mizuoto_sdk import Engine, discover
+from mizuoto_sdk import Engine
+from mizuoto_sdk.host import discover
 
 ENGINE_ID = {{ cookiecutter.slug | tojson }}
 DISTRIBUTION = "{{ cookiecutter.project_slug }}"

@@ -6,7 +6,8 @@ from typing import Any
 
 from mizuoto_contract.registry import Check, Fail, Skip
 from mizuoto_contract.subject import Subject
-from mizuoto_sdk import Discovery, EngineError
+from mizuoto_sdk import EngineError
+from mizuoto_sdk.host import Discovery
 
 IMPORT_BUDGET_SECONDS = 1.5
 

@@ -20,8 +20,7 @@ from mizuoto_sdk import AudioChunk, Engine, InvalidRequest, LoadedEngine, LoadSp
 
 if TYPE_CHECKING:
     from {{ cookiecutter.__package_name }}.model import TinyVoice
-    from mizuoto_runtime.context import RequestContext
-    from mizuoto_runtime.runtime import Runtime
+    from mizuoto_sdk import RequestContext, Runtime
 {%- if convert %}
 
 BLOCK_SECONDS = 0.1  # convert streams its input in blocks of this length

@@ -21,8 +21,7 @@ import torch.nn.functional as F
 {%- endif %}
 from torch import Tensor, nn
 
-from mizuoto_runtime import ops
-from mizuoto_runtime.loading import load_into, load_state_dict
+from mizuoto_runtime import load_into, load_state_dict, ops
 {%- if convert %}
 from mizuoto_sdk import AudioChunk
 {%- endif %}

@@ -16,11 +16,15 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-from mizuoto_runtime.compile import Compiled
-from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.graphs import DecoderSteps
-from mizuoto_runtime.lm import BufferCache, QwenDecoder
-from mizuoto_runtime.sampling import SamplingParams, hf_sample
+from mizuoto_runtime import (
+    BufferCache,
+    Compiled,
+    DecoderSteps,
+    QwenDecoder,
+    SamplingParams,
+    hf_sample,
+)
+from mizuoto_sdk import RequestContext
 
 KV_CACHE = "compute.kv_cache"
 GRAPHS = "compute.cuda_graphs"

@@ -16,16 +16,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mizuoto_engine_codeclm.params import SynthesisParams
-from mizuoto_sdk import AudioChunk, Engine, EngineError, InvalidRequest, LoadedEngine, LoadSpec
+from mizuoto_sdk import (
+    AudioChunk,
+    Engine,
+    EngineError,
+    InvalidRequest,
+    LoadedEngine,
+    LoadSpec,
+    ModelHandle,
+    RequestContext,
+    Runtime,
+)
 
 if TYPE_CHECKING:
     from torch.nn import Module
 
     from mizuoto_engine_codeclm.model import Codec, ModelConfig
-    from mizuoto_runtime.context import RequestContext
-    from mizuoto_runtime.handle import ModelHandle
-    from mizuoto_runtime.lm import QwenDecoder
-    from mizuoto_runtime.runtime import Runtime
+    from mizuoto_runtime import QwenDecoder
 
 COMPILE = "compute.compile"
 
@@ -38,7 +45,6 @@ class CodecLMEngine(Engine):
         import torch
 
         from mizuoto_engine_codeclm.model import load_model
-        from mizuoto_runtime.handle import ModelHandle
 
         if spec.model_dir is None:
             raise EngineError(f"model {spec.model_id!r} has no files to load")
@@ -113,8 +119,7 @@ class LoadedCodecLM(LoadedEngine):
         from mizuoto_engine_codeclm.decoding import frames
         from mizuoto_engine_codeclm.model import CodecStream
         from mizuoto_engine_codeclm.voice import read_voice
-        from mizuoto_runtime.sampling import SamplingParams
-        from mizuoto_runtime.voices import find_voice, voice_roots
+        from mizuoto_runtime import SamplingParams, find_voice, voice_roots
 
         request = SynthesisParams.from_params(params)
         text_bytes = len(self.tokenizer.text_bytes(text))
@@ -197,7 +202,7 @@ class LoadedCodecLM(LoadedEngine):
         if not ctx.settings.get(COMPILE, False):
             return None
         if name not in self._compiled:
-            from mizuoto_runtime.compile import compile_module
+            from mizuoto_runtime import compile_module
 
             self._compiled[name] = compile_module(module, True, name)
         return self._compiled[name]

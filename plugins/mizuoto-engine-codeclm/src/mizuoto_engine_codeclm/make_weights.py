@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from mizuoto_engine_codeclm.model import CONFIG_FILE, WEIGHTS_FILE, CodecLM, ModelConfig
-from mizuoto_runtime.ops import init_random
+from mizuoto_runtime import init_random
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 

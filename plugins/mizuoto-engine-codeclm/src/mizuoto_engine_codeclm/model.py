@@ -22,9 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mizuoto_engine_codeclm.tokenizer import ByteTokenizer, TokenConfig
-from mizuoto_runtime import ops
-from mizuoto_runtime.lm import QwenConfig, QwenDecoder
-from mizuoto_runtime.loading import load_into, load_state_dict
+from mizuoto_runtime import QwenConfig, QwenDecoder, load_into, load_state_dict, ops
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mizuoto_runtime.audio import resample
+from mizuoto_runtime import resample
 from mizuoto_sdk import InvalidRequest
 
 EMBED_RATE = 16_000

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.runtime import Runtime
-from mizuoto_sdk import AudioChunk, Engine, InvalidRequest, LoadedEngine, LoadSpec
+from mizuoto_sdk import (
+    AudioChunk,
+    Engine,
+    InvalidRequest,
+    LoadedEngine,
+    LoadSpec,
+    RequestContext,
+    Runtime,
+)
 
 SAMPLE_RATE = 16_000
 NOTE_SECONDS = 0.06

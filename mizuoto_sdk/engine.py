@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from mizuoto_sdk.errors import Unsupported
-from mizuoto_sdk.manifest import DEVICE_TYPES
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
@@ -67,12 +66,42 @@ class LoadedEngine:
         self.handles = ()
 
 
-class Engine:
-    """An engine family. ``DEVICES``, ``DTYPES`` and ``EXTRAS`` must equal the manifest's."""
+class _FromManifest:
+    """A class attribute whose value is the manifest's, so that an author declares it once.
 
-    DEVICES: ClassVar[tuple[str, ...]] = DEVICE_TYPES
-    DTYPES: ClassVar[tuple[str, ...]] = ("float32",)
-    EXTRAS: ClassVar[Mapping[str, str]] = {}
+    ``get_engine`` returns the class with the manifest's values bound (see
+    ``mizuoto_sdk.discovery``); reading one on a class that did not come from there, and does not
+    set it itself, says where the value lives instead of guessing one.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type) -> object:
+        raise AttributeError(
+            f"{owner.__name__}.{self.name} is the manifest's {self.name.lower()}: it is set on the "
+            f"class that mizuoto_sdk.host.get_engine() returns (or set {self.name} on "
+            f"{owner.__name__} yourself, equal to the manifest's)"
+        )
+
+
+class Engine:
+    """An engine family.
+
+    ``DEVICES``, ``DTYPES`` (preference order) and ``EXTRAS`` are the manifest's: the class that
+    ``get_engine`` returns carries the manifest's values, so an author declares them once, in the
+    manifest. A class may still set them; then they must equal the manifest's, or the engine is
+    refused.
+    """
+
+    if TYPE_CHECKING:
+        DEVICES: ClassVar[tuple[str, ...]]
+        DTYPES: ClassVar[tuple[str, ...]]
+        EXTRAS: ClassVar[Mapping[str, str]]
+    else:
+        DEVICES = _FromManifest()
+        DTYPES = _FromManifest()
+        EXTRAS = _FromManifest()
 
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         raise NotImplementedError(f"{type(self).__name__}.load is not implemented")

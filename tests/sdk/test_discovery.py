@@ -245,7 +245,10 @@ def test_get_engine_never_returns_a_plugin_that_failed_to_import(make_dist, uniq
 @pytest.mark.parametrize(
     ("engine_source", "reason"),
     [
-        ("from mizuoto_sdk import Engine\nclass Good(Engine):\n    pass\n", "DEVICES"),
+        (
+            "from mizuoto_sdk import Engine\nclass Good(Engine):\n    DEVICES = ('cuda',)\n",
+            "DEVICES",
+        ),
         (
             "from mizuoto_sdk import Engine\nclass Good(Engine):\n    DEVICES = ('cpu',)\n"
             "    DTYPES = ('bf16', 'fp32')\n",
@@ -269,6 +272,58 @@ def test_get_engine_checks_the_class_against_its_manifest(
     with pytest.raises(EngineUnavailable) as caught:
         discovery_of().get_engine("x")
     assert reason in str(caught.value)
+
+
+def test_a_class_that_declares_nothing_carries_its_manifests_devices_dtypes_and_extras(
+    make_dist, unique, discovery_of
+):
+    engine, plugin = unique("eng"), unique("plug")
+    extra = "devices=['cpu', 'cuda'], dtypes=['bf16', 'fp32'], extras={'librosa': 'librosa>=0.10'}"
+    source = "from mizuoto_sdk import Engine\nclass Good(Engine):\n    pass\n"
+    make_dist("dist-x", {engine: source, plugin: good_plugin("x", engine, extra)}, {"x": plugin})
+    discovery = discovery_of()
+    cls = discovery.get_engine("x")
+    assert (cls.DEVICES, cls.DTYPES, dict(cls.EXTRAS)) == (
+        ("cpu", "cuda"),
+        ("bfloat16", "float32"),
+        {"librosa": "librosa>=0.10"},
+    )
+    instance = cls()
+    assert instance.DTYPES == ("bfloat16", "float32") and cls.__name__ == "Good"
+    assert discovery.get_engine("x") is cls
+    original = sys.modules[engine].Good
+    assert isinstance(instance, original)
+    with pytest.raises(AttributeError, match=r"Good\.DEVICES is the manifest's devices"):
+        original.DEVICES  # noqa: B018 - the class itself is left as its author wrote it
+
+
+def test_one_class_serving_two_manifests_reads_each_manifest(site, unique):
+    engine = unique("shared")
+    (site / f"{engine}.py").write_text(
+        "from mizuoto_sdk import Engine\nclass Shared(Engine):\n    DTYPES = ('float32',)\n"
+    )
+
+    @hookimpl
+    def mizuoto_engines():
+        return [
+            EngineManifest(
+                id=engine_id,
+                implementation=f"{engine}:Shared",
+                models=[ModelEntry("a")],
+                capabilities=["synthesize"],
+                devices=devices,
+            )
+            for engine_id, devices in (("small", ["cpu"]), ("big", ["cpu", "cuda"]))
+        ]
+
+    discovery = Discovery(
+        plugins={"dist-shared": SimpleNamespace(mizuoto_engines=mizuoto_engines)},
+        entry_points=False,
+    )
+    small, big = discovery.get_engine("small"), discovery.get_engine("big")
+    assert (small.DEVICES, big.DEVICES) == (("cpu",), ("cpu", "cuda"))
+    assert small.DTYPES == big.DTYPES == ("float32",)  # set by the class, equal to both
+    assert discovery.get_engine("small").DEVICES == ("cpu",)  # the second did not overwrite it
 
 
 def test_in_process_plugins_register_through_the_same_path():

@@ -26,5 +26,9 @@ def test_discovery_lists_the_engine_as_ok():
 
 
 def test_the_engine_class_imports_and_agrees_with_the_manifest():
-    # get_engine raises EngineUnavailable when DEVICES, DTYPES or EXTRAS differ from the manifest.
-    assert issubclass(discover().get_engine(ENGINE_ID), Engine)
+    # get_engine raises EngineUnavailable when the class sets DEVICES, DTYPES or EXTRAS and they
+    # differ from the manifest's; unset, the class it returns carries the manifest's values.
+    discovery = discover()
+    engine, manifest = discovery.get_engine(ENGINE_ID), discovery.manifest(ENGINE_ID)
+    assert issubclass(engine, Engine)
+    assert (manifest.devices, manifest.dtypes) == (engine.DEVICES, engine.DTYPES)

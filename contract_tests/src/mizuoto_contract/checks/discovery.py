@@ -140,9 +140,9 @@ CHECKS = (
     ),
     Check(
         "discovery.class_matches_manifest",
-        "The Engine class imports and its DEVICES, DTYPES and EXTRAS equal the manifest's.",
+        "The Engine class imports, and any DEVICES, DTYPES or EXTRAS it sets equal the manifest's.",
         "The host lists engines from the manifest and runs them from the class.",
-        "Make the class attributes and the manifest fields equal.",
+        "Declare them in the manifest only, or make the class attributes equal to its fields.",
         "core",
         class_matches_manifest,
     ),

@@ -28,13 +28,7 @@ BLOCK_SECONDS = 0.1  # convert streams its input in blocks of this length
 
 
 class {{ prefix }}Engine(Engine):
-{%- if cookiecutter.uses_torch %}
-    DEVICES = ("cpu", "cuda", "mps", "xpu")
-    DTYPES = ("float32", "bfloat16", "float16")  # the manifest's, in the same order
-{%- else %}
-    DEVICES = ("cpu",)
-    DTYPES = ("float32",)
-{%- endif %}
+    """Devices, dtypes and extras are the manifest's (plugin.py): declared there, once."""
 
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         from {{ cookiecutter.__package_name }}.model import build

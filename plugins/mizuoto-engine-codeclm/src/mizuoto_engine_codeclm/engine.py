@@ -38,9 +38,6 @@ COMPILE = "compute.compile"
 
 
 class CodecLMEngine(Engine):
-    DEVICES = ("cpu", "cuda", "mps", "xpu")
-    DTYPES = ("bfloat16", "float16", "float32")
-
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         import torch
 

@@ -29,8 +29,6 @@ MAX_TEXT_CHARACTERS = 1000  # about a minute of tones at speed 1, four at speed 
 
 
 class SineEngine(Engine):
-    DTYPES = ("float32",)
-
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         return LoadedSine(spec.device)
 

@@ -156,15 +156,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    """Import the module behind ``name`` on first use (PEP 562) and keep the value here."""
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(where)
-    value = module if where == f"{__name__}.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
+# Type checkers read the names imported under TYPE_CHECKING above; a module __getattr__
+# would make every misspelt name type-check, so they never see it.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """Import the module behind ``name`` on first use (PEP 562) and keep the value here."""
+        where = _WHERE.get(name)
+        if where is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        module = importlib.import_module(where)
+        value = module if where == f"{__name__}.{name}" else getattr(module, name)
+        globals()[name] = value
+        return value
 
 
 def __dir__() -> list[str]:

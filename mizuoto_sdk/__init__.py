@@ -75,25 +75,29 @@ _MOVED = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """Resolve the runtime's types on first use, and the moved host names with a warning."""
-    if name in _FROM_RUNTIME:
-        value = getattr(importlib.import_module("mizuoto_runtime"), name)
-        globals()[name] = value
-        return value
-    where = _MOVED.get(name)
-    if where is not None:
-        if sys._getframe(1).f_globals.get("__name__") != "importlib._bootstrap":
-            # ``from mizuoto_sdk import x`` asks twice (importlib's hasattr, then the import
-            # itself): one warning, at the caller's line.
-            warnings.warn(
-                f"mizuoto_sdk.{name} is deprecated and goes in the next release; "
-                f"use {where}.{name} (from {where} import {name})",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        return getattr(importlib.import_module(where), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Type checkers read the names imported under TYPE_CHECKING above; a module __getattr__
+# would make every misspelt name type-check, so they never see it.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """Resolve the runtime's types on first use, and the moved host names with a warning."""
+        if name in _FROM_RUNTIME:
+            value = getattr(importlib.import_module("mizuoto_runtime"), name)
+            globals()[name] = value
+            return value
+        where = _MOVED.get(name)
+        if where is not None:
+            if sys._getframe(1).f_globals.get("__name__") != "importlib._bootstrap":
+                # ``from mizuoto_sdk import x`` asks twice (importlib's hasattr, then the import
+                # itself): one warning, at the caller's line.
+                warnings.warn(
+                    f"mizuoto_sdk.{name} is deprecated and goes in the next release; "
+                    f"use {where}.{name} (from {where} import {name})",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+            return getattr(importlib.import_module(where), name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -17,13 +17,12 @@ import re
 import reprlib
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
 from typing import Literal
 
 import attrs
 import pluggy
 
-from mizuoto_sdk.engine import Engine
+from mizuoto_sdk.engine import Engine, facts_set_by, with_manifest_facts
 from mizuoto_sdk.errors import EngineNotFound, EngineUnavailable
 from mizuoto_sdk.hooks import ENTRY_POINT_GROUP, HOOK_NAMES, PROJECT, EngineHooks
 from mizuoto_sdk.manifest import API_VERSION, EngineManifest, canonical_dtype, parse_api_version
@@ -131,7 +130,8 @@ class Discovery:
 
         Whatever importing it does, sys.exit included, ends as EngineUnavailable with the reason.
         The class returned carries the manifest's ``DEVICES``, ``DTYPES`` and ``EXTRAS`` (see
-        ``_with_manifest_facts``); the same class on every call of this Discovery.
+        ``mizuoto_sdk.engine.with_manifest_facts``); the same class on every call of this
+        Discovery.
         """
         manifest = self.manifest(engine_id)
         try:
@@ -145,7 +145,15 @@ class Discovery:
                 {"engine": engine_id, "traceback": traceback.format_exc()},
             ) from error
         _check_engine_class(manifest, target)
-        bound = _with_manifest_facts(manifest, target)  # type: ignore[arg-type]
+        try:
+            bound = with_manifest_facts(target, manifest)  # type: ignore[arg-type]
+        except Exception as error:  # e.g. an __init_subclass__ that refuses subclasses
+            raise EngineUnavailable(
+                f"engine {engine_id!r}: cannot bind the manifest's values on "
+                f"{manifest.implementation} ({_describe(error)}); set DEVICES, DTYPES and "
+                "EXTRAS on the class, equal to the manifest's",
+                {"engine": engine_id},
+            ) from None
         return self._classes.setdefault(engine_id, bound)
 
     def _sources(self) -> Iterator[_Source]:
@@ -369,7 +377,7 @@ def _check_engine_class(manifest: EngineManifest, target: object) -> None:
         "EXTRAS": (dict, dict(manifest.extras)),
     }
     for name, (read, in_manifest) in declared.items():
-        if name not in _set_by_class(target):
+        if name not in facts_set_by(target):
             continue  # the manifest's value is bound on the class get_engine returns
         try:
             on_class = read(getattr(target, name))
@@ -385,40 +393,6 @@ def _check_engine_class(manifest: EngineManifest, target: object) -> None:
                 f"declares {in_manifest!r}; make them equal",
                 {"engine": manifest.id, "field": name.lower()},
             )
-
-
-_MANIFEST_FACTS = ("DEVICES", "DTYPES", "EXTRAS")
-
-
-def _set_by_class(target: type) -> set[str]:
-    """Which of DEVICES, DTYPES and EXTRAS the class (or a base below Engine) sets itself."""
-    below_engine = target.__mro__[: target.__mro__.index(Engine)]
-    return {name for name in _MANIFEST_FACTS if any(name in vars(k) for k in below_engine)}
-
-
-def _with_manifest_facts(manifest: EngineManifest, target: type[Engine]) -> type[Engine]:
-    """``target``, or a subclass of it that adds the manifest's values for what it leaves unset.
-
-    A subclass, never an assignment on ``target``: one class may serve two manifests (two engine
-    ids with other devices, say), and each id's class must read its own manifest; binding values
-    on the shared class would give the second id the first one's. The subclass has the class's
-    name, module and docstring, so messages and ``isinstance`` read as before.
-    """
-    facts = {
-        "DEVICES": manifest.devices,
-        "DTYPES": manifest.dtypes,
-        "EXTRAS": MappingProxyType(dict(manifest.extras)),
-    }
-    unset = {name: facts[name] for name in _MANIFEST_FACTS if name not in _set_by_class(target)}
-    if not unset:
-        return target
-    namespace = {
-        **unset,
-        "__module__": target.__module__,
-        "__qualname__": target.__qualname__,
-        "__doc__": target.__doc__,
-    }
-    return type(target)(target.__name__, (target,), namespace)
 
 
 def discover(**options: object) -> Discovery:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from mizuoto_sdk.errors import Unsupported
+from mizuoto_sdk.manifest import EngineManifest
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
@@ -105,3 +107,37 @@ class Engine:
 
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         raise NotImplementedError(f"{type(self).__name__}.load is not implemented")
+
+
+MANIFEST_FACTS = ("DEVICES", "DTYPES", "EXTRAS")
+
+
+def facts_set_by(engine_class: type[Engine]) -> set[str]:
+    """Which of DEVICES, DTYPES and EXTRAS the class (or a base below Engine) sets itself."""
+    below_engine = engine_class.__mro__[: engine_class.__mro__.index(Engine)]
+    return {name for name in MANIFEST_FACTS if any(name in vars(k) for k in below_engine)}
+
+
+def with_manifest_facts(engine_class: type[Engine], manifest: EngineManifest) -> type[Engine]:
+    """``engine_class``, or a subclass that adds the manifest's values for what it leaves unset.
+
+    A subclass, never an assignment on ``engine_class``: one class may serve two manifests (two
+    engine ids with other devices, say), and each id's class must read its own manifest; values
+    bound on the shared class would give the second id the first one's. The subclass keeps the
+    class's name, module and docstring, so messages and ``isinstance`` read as before.
+    """
+    facts = {
+        "DEVICES": manifest.devices,
+        "DTYPES": manifest.dtypes,
+        "EXTRAS": MappingProxyType(dict(manifest.extras)),
+    }
+    unset = {name: facts[name] for name in MANIFEST_FACTS if name not in facts_set_by(engine_class)}
+    if not unset:
+        return engine_class
+    namespace = {
+        **unset,
+        "__module__": engine_class.__module__,
+        "__qualname__": engine_class.__qualname__,
+        "__doc__": engine_class.__doc__,
+    }
+    return type(engine_class)(engine_class.__name__, (engine_class,), namespace)

@@ -260,6 +260,11 @@ def test_get_engine_never_returns_a_plugin_that_failed_to_import(make_dist, uniq
             "EXTRAS",
         ),
         ("class Good:\n    DEVICES = ('cpu',)\n", "not a subclass of mizuoto_sdk.Engine"),
+        (
+            "from mizuoto_sdk import Engine\nclass Good(Engine):\n    DEVICES = ('cpu',)\n"
+            "    def __init_subclass__(cls):\n        raise TypeError('final')\n",
+            "(TypeError: final); set DEVICES, DTYPES and EXTRAS on the class",
+        ),
         ("raise OSError('missing weights')", "OSError: missing weights"),
         ("X = 1\n", "AttributeError"),
     ],

@@ -200,7 +200,7 @@ def test_doctor_engine_names_a_misspelt_class(faults, capsys):
         ("exits-on-import", ["[engine_unavailable]", ":ExitingEngine: SystemExit: 3"]),
         ("unknown-dtype", ["[engine_unavailable]", "DTYPES is not valid", "dtype 'float8'"]),
         ("number-dtypes", ["[engine_unavailable]", "NumberDtypesEngine.DTYPES is not valid"]),
-        ("exits-in-load", ["engine or plugin code called sys.exit(7)"]),
+        ("exits-in-load", ["[engine_error]", "SystemExit: 7"]),
     ],
 )
 def test_synth_with_an_engine_that_cannot_be_used_says_why(

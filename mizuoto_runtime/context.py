@@ -1,5 +1,10 @@
 """The per-call context an engine receives: its randomness, cancellation, progress and report.
 
+Cancellation reaches an engine two ways: ``check_cancel()`` between steps of Python work, and
+``on_cancel(fn)`` callbacks for work that blocks outside Python (a child process, a socket, a
+native library), which no check can interrupt. ``open_process`` / ``run_process`` build on the
+callbacks to kill a child process's group when the call is cancelled or times out.
+
 Engines draw every random number from ``generator_for(device)`` or ``rng``, both seeded from the
 request's seed, so a seeded call is reproducible and no process-global generator is touched. A
 fresh ``torch.Generator`` seeded ``s`` yields what the default generator yields after
@@ -21,7 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
 
 if TYPE_CHECKING:
+    import os
     import queue
+    import subprocess
     from collections.abc import Sequence
 
     import numpy as np
@@ -86,6 +93,9 @@ class RequestContext:
         self._progress = progress
         self._cancel = threading.Event()
         self._reason = "cancelled"
+        self._cancel_lock = threading.Lock()
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._next_callback = 0
         self._generators: dict[str, torch.Generator] = {}
         self._rng: np.random.Generator | None = None
         self.manager = manager
@@ -115,10 +125,67 @@ class RequestContext:
         return self._rng
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Stop the engine at its next ``check_cancel()``; ``reason``: cancelled or timeout."""
-        if not self._cancel.is_set():
+        """Stop the engine at its next ``check_cancel()``; ``reason``: cancelled or timeout.
+
+        The first cancel runs the ``on_cancel`` callbacks on the calling thread; later ones do
+        nothing more (the host's watcher repeats its cancel until the call ends).
+        """
+        with self._cancel_lock:
+            if self._cancel.is_set():
+                return
             self._reason = reason
-        self._cancel.set()
+            self._cancel.set()
+            callbacks = list(self._callbacks.values())
+            self._callbacks.clear()
+        for callback in callbacks:
+            _run_callback(callback)
+
+    def on_cancel(self, callback: Callable[[], None]) -> CancelCallback:
+        """Call ``callback()`` once when this call is cancelled or times out.
+
+        For work that blocks outside Python and never reaches ``check_cancel()``: the callback
+        unblocks it (kills a child process, closes a socket). It runs on whichever thread cancels
+        the call (the host's watcher, within about 20 ms), or at once on this thread if the call is
+        already cancelled; it must be quick and thread-safe. An exception it raises is logged,
+        never raised into the canceller. ``remove()`` on the result (or leaving it as a ``with``
+        block) unregisters it.
+        """
+        if not callable(callback):
+            raise TypeError(f"on_cancel: expected a callable, got {type(callback).__name__}")
+        with self._cancel_lock:
+            if not self._cancel.is_set():
+                key = self._next_callback
+                self._next_callback += 1
+                self._callbacks[key] = callback
+                return CancelCallback(self, key)
+        _run_callback(callback)
+        return CancelCallback(self, None)
+
+    def _remove_callback(self, key: int) -> None:
+        with self._cancel_lock:
+            self._callbacks.pop(key, None)
+
+    def open_process(
+        self, args: Sequence[str | os.PathLike[str]], **popen: Any
+    ) -> contextlib.AbstractContextManager[subprocess.Popen[Any]]:
+        """A child process killed with its process group on cancel, timeout or leaving the block.
+
+        See ``mizuoto_runtime.process.open_process``.
+        """
+        from mizuoto_runtime.process import open_process
+
+        return open_process(self, args, **popen)
+
+    def run_process(
+        self, args: Sequence[str | os.PathLike[str]], **options: Any
+    ) -> subprocess.CompletedProcess[Any]:
+        """Run a child process to its end, killed on cancel or timeout.
+
+        See ``mizuoto_runtime.process.run_process``.
+        """
+        from mizuoto_runtime.process import run_process
+
+        return run_process(self, args, **options)
 
     @property
     def cancelled(self) -> bool:
@@ -220,3 +287,31 @@ class RequestContext:
             self._rng = None
         elif self._rng is not None:
             self._rng.bit_generator.state = rng
+
+
+class CancelCallback:
+    """A registered ``on_cancel`` callback; ``remove()`` or leaving a ``with`` unregisters it."""
+
+    def __init__(self, context: RequestContext, key: int | None) -> None:
+        self._context = context
+        self._key = key
+
+    def remove(self) -> None:
+        """Stop the callback from being called; harmless after it ran or was removed."""
+        if self._key is not None:
+            self._context._remove_callback(self._key)
+            self._key = None
+
+    def __enter__(self) -> CancelCallback:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.remove()
+
+
+def _run_callback(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        # The canceller (often the host's watcher) cannot act on it; the engine's author can.
+        log.exception("on_cancel callback %r failed", callback)

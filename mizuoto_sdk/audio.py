@@ -9,25 +9,38 @@ import wave
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mizuoto_sdk.types import AudioChunk
+from mizuoto_sdk.types import PCM_SCALES, AudioChunk, sample_kind
 
 if TYPE_CHECKING:
     import numpy as np
 
 
 def to_mono_float32(samples: object) -> np.ndarray:
-    """A float32 mono copy of ``samples`` (numpy or torch, ``[n]`` or ``[channels, n]``)."""
+    """A float32 mono copy of ``samples`` (numpy or torch, ``[n]`` or ``[channels, n]``).
+
+    Float samples keep their values; int16 / int32 PCM is divided by its full scale
+    (``PCM_SCALES``), which is exact in float32 for int16.
+    """
     import numpy as np
 
-    if hasattr(samples, "detach"):  # a torch tensor, on any device and in any float dtype
-        samples = samples.detach().float().cpu().numpy()  # type: ignore[attr-defined]
+    if hasattr(samples, "detach"):  # a torch tensor, on any device and in any dtype
+        tensor = samples.detach()  # type: ignore[attr-defined]
+        if tensor.is_floating_point():
+            tensor = tensor.float()
+        samples = tensor.cpu().numpy()
     array = np.asarray(samples)
-    if array.dtype.kind != "f":
-        raise TypeError(f"samples must be floating point, got dtype {array.dtype}")
+    kind = sample_kind(array.dtype)
+    if kind is None:
+        raise TypeError(
+            f"samples must be floating point or int16/int32 PCM, got dtype {array.dtype}"
+        )
+    if array.ndim not in (1, 2):
+        raise TypeError(f"samples must be shaped [n] or [channels, n], got shape {array.shape}")
+    if kind != "float":
+        # Division by a power of two is exact, so rounding to float32 happens once.
+        array = array.astype(np.float64) / PCM_SCALES[kind]
     if array.ndim == 2:
         array = array.astype(np.float32).mean(axis=0)
-    elif array.ndim != 1:
-        raise TypeError(f"samples must be shaped [n] or [channels, n], got shape {array.shape}")
     return np.array(array, dtype=np.float32)
 
 
@@ -75,10 +88,16 @@ class AtomicFile:
 
 
 def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
-    """Write mono float samples in [-1, 1] as a 16-bit PCM WAV file."""
+    """Write mono float samples in [-1, 1] as a 16-bit PCM WAV file.
+
+    A sample becomes ``round(x * 32768)`` clipped to [-32768, 32767]: the inverse of the
+    ``int16 / 32768`` reading, so int16 audio read that way is written back bit for bit (the
+    older ``x * 32767`` moved about one sample in 400 by one step). 1.0 itself clips to 32767.
+    """
     import numpy as np
 
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2")
+    scaled = np.asarray(samples, dtype=np.float64) * 32768.0
+    pcm = np.clip(np.rint(scaled), -32768, 32767).astype("<i2")
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)

@@ -20,6 +20,21 @@ def _frozen_map(value: Mapping[str, object] | None) -> Mapping[str, object]:
     return MappingProxyType(dict(value))
 
 
+# PCM integer dtypes and the value that maps to 1.0: full scale is 2**(bits - 1), the usual
+# convention of WAV readers (int16 -32768 is -1.0 exactly; 32767 is just below 1.0).
+PCM_SCALES = {"int16": 2**15, "int32": 2**31}
+
+
+def sample_kind(dtype: object) -> str | None:
+    """``"float"``, a PCM name from ``PCM_SCALES``, or None for ``dtype`` (numpy or torch)."""
+    name = str(dtype).removeprefix("torch.")
+    if name in PCM_SCALES:
+        return name
+    if "float" in name:  # float16/32/64, bfloat16
+        return "float"
+    return None
+
+
 def _check_samples(instance: AudioChunk, attribute: attrs.Attribute, value: object) -> None:
     ndim = getattr(value, "ndim", None)
     dtype = getattr(value, "dtype", None)
@@ -28,8 +43,10 @@ def _check_samples(instance: AudioChunk, attribute: attrs.Attribute, value: obje
             "AudioChunk.samples: expected a numpy array or torch tensor shaped [n] or "
             f"[channels, n], got {type(value).__name__} with ndim={ndim}"
         )
-    if "float" not in str(dtype):
-        raise TypeError(f"AudioChunk.samples: expected a floating-point dtype, got {dtype}")
+    if sample_kind(dtype) is None:
+        raise TypeError(
+            f"AudioChunk.samples: expected a floating-point dtype or int16/int32 PCM, got {dtype}"
+        )
 
 
 def _check_rate(instance: AudioChunk, attribute: attrs.Attribute, value: object) -> None:
@@ -41,8 +58,10 @@ def _check_rate(instance: AudioChunk, attribute: attrs.Attribute, value: object)
 class AudioChunk:
     """A piece of audio an engine yields.
 
-    ``samples`` is a numpy array or torch tensor of any float dtype, mono ``[n]`` or
-    ``[channels, n]``, on any device. The host hands callers float32 mono numpy chunks.
+    ``samples`` is a numpy array or torch tensor, mono ``[n]`` or ``[channels, n]``, on any
+    device: any float dtype with full scale at 1.0, or int16 / int32 PCM, read as
+    ``value / 2**15`` / ``value / 2**31`` (so int16 -32768 is -1.0). The host hands callers
+    float32 mono numpy chunks.
     """
 
     samples: Any = attrs.field(validator=_check_samples)

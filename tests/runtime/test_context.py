@@ -107,3 +107,94 @@ def test_progress_warnings_timings_and_binding():
         assert current_context() is ctx
     assert current_context() is None
     RequestContext(seed=0).progress(1)  # nobody listening is fine
+
+
+def test_on_cancel_runs_each_callback_once_on_the_cancelling_thread():
+    ctx = RequestContext()
+    seen = []
+    ctx.on_cancel(lambda: seen.append(("a", threading.get_ident())))
+    ctx.on_cancel(lambda: seen.append(("b", threading.get_ident())))
+    canceller = threading.Thread(target=lambda: [ctx.cancel("timeout") for _ in range(3)])
+    canceller.start()
+    canceller.join()
+    ctx.cancel()
+    assert sorted(label for label, _ in seen) == ["a", "b"]
+    assert {thread for _, thread in seen} == {canceller.ident}
+    with pytest.raises(OperationTimeoutError):  # the first reason stays
+        ctx.check_cancel()
+
+
+def test_on_cancel_after_the_cancel_runs_at_once():
+    ctx = RequestContext()
+    ctx.cancel()
+    seen = []
+    ctx.on_cancel(lambda: seen.append(1)).remove()
+    assert seen == [1]
+
+
+def test_a_removed_callback_is_not_called():
+    ctx = RequestContext()
+    seen = []
+    with ctx.on_cancel(lambda: seen.append("scoped")):
+        pass
+    registration = ctx.on_cancel(lambda: seen.append("removed"))
+    registration.remove()
+    registration.remove()
+    ctx.cancel()
+    assert seen == []
+
+
+def test_a_failing_callback_is_logged_and_the_others_still_run(caplog):
+    ctx = RequestContext()
+    seen = []
+
+    def broken():
+        raise RuntimeError("callback broke")
+
+    ctx.on_cancel(broken)
+    ctx.on_cancel(lambda: seen.append("after"))
+    with caplog.at_level("ERROR", logger="mizuoto_runtime.context"):
+        ctx.cancel()
+    assert seen == ["after"]
+    assert [record.exc_info[1].args for record in caplog.records] == [("callback broke",)]
+    with caplog.at_level("ERROR", logger="mizuoto_runtime.context"):
+        ctx.on_cancel(broken)  # already cancelled: run at once, still not raised
+    assert len(caplog.records) == 2
+
+
+def _race_cancels_and_registrations() -> list[int]:
+    ctx = RequestContext()
+    calls = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def record(n):
+        with lock:
+            calls.append(n)
+
+    def register(base):
+        start.wait()
+        for n in range(base, base + 50):
+            ctx.on_cancel(lambda n=n: record(n))
+
+    def cancel():
+        start.wait()
+        ctx.cancel()
+
+    threads = [threading.Thread(target=register, args=(i * 50,)) for i in range(4)]
+    threads += [threading.Thread(target=cancel) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(calls)
+
+
+def test_racing_cancels_and_registrations_call_every_callback_exactly_once():
+    for _ in range(20):
+        assert _race_cancels_and_registrations() == list(range(200))
+
+
+def test_on_cancel_refuses_what_it_cannot_call():
+    with pytest.raises(TypeError, match="on_cancel: expected a callable, got int"):
+        RequestContext().on_cancel(3)

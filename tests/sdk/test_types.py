@@ -70,13 +70,18 @@ def test_model_entry_files_must_be_a_package_resource_or_absolute():
         ModelEntry("m", files="relative/dir")
 
 
-def test_audio_chunk_accepts_numpy_and_torch_floats_and_rejects_the_rest():
+def test_audio_chunk_accepts_numpy_and_torch_floats_and_pcm_and_rejects_the_rest():
     assert AudioChunk(np.zeros(3, np.float16), 8000).duration == 3 / 8000
     assert AudioChunk(torch.zeros(2, 5, dtype=torch.bfloat16), 8000).duration == 5 / 8000
+    assert AudioChunk(np.zeros(3, np.int16), 8000).duration == 3 / 8000
+    assert AudioChunk(torch.zeros(2, 4, dtype=torch.int32), 8000).duration == 4 / 8000
     with pytest.raises(TypeError, match=r"AudioChunk\.samples"):
         AudioChunk([0.0, 1.0], 8000)
-    with pytest.raises(TypeError, match="floating-point"):
-        AudioChunk(np.zeros(3, np.int16), 8000)
+    for dtype in (np.uint16, np.int8, np.int64, np.bool_, np.complex64):
+        with pytest.raises(TypeError, match=f"int16/int32 PCM, got {np.dtype(dtype)}"):
+            AudioChunk(np.zeros(3, dtype), 8000)
+    with pytest.raises(TypeError, match=r"got torch\.uint8"):
+        AudioChunk(torch.zeros(3, dtype=torch.uint8), 8000)
     with pytest.raises(TypeError, match=r"ndim=3"):
         AudioChunk(np.zeros((1, 1, 3)), 8000)
     with pytest.raises(ValueError, match=r"AudioChunk\.sample_rate"):

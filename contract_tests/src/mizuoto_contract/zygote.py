@@ -14,6 +14,7 @@ zygote's stdin ends it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -75,6 +76,21 @@ class Zygote:
             text=True,
             env=environment,
         )
+        # The server ends when its stdin closes; closing it at exit (and reaping the server)
+        # leaves no process behind the run that started it.
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+        try:
+            self._process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
 
     def alive(self) -> bool:
         return self._process.poll() is None

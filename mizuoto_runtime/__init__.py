@@ -18,6 +18,7 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
   ``mask_for``, ``generate``, ``peak_bytes``
 - acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
+- child processes killed on cancel: ``open_process``, ``run_process``
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         strip_prefix,
     )
     from mizuoto_runtime.ops import init_random
+    from mizuoto_runtime.process import open_process, run_process
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_runtime.sampling import (
         InvalidSamplingParams,
@@ -108,6 +110,8 @@ _WHERE = {
     "resample": "mizuoto_runtime.audio",
     "find_voice": "mizuoto_runtime.voices",
     "voice_roots": "mizuoto_runtime.voices",
+    "open_process": "mizuoto_runtime.process",
+    "run_process": "mizuoto_runtime.process",
 }
 
 __all__ = [
@@ -146,11 +150,13 @@ __all__ = [
     "load_state_dict",
     "mask_for",
     "multinomial1",
+    "open_process",
     "ops",
     "peak_bytes",
     "pick_dtype",
     "replace_prefixes",
     "resample",
+    "run_process",
     "strip_prefix",
     "voice_roots",
 ]

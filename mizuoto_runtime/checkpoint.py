@@ -27,7 +27,7 @@ from torch import Tensor
 
 from mizuoto_runtime.context import current_context
 from mizuoto_runtime.paths import allowed_trees, resolves_inside
-from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.errors import EngineError, EngineUnavailable
 
 __all__ = ["PICKLE_SUFFIXES", "CheckpointError", "load_state_dict"]
 
@@ -43,11 +43,17 @@ _FOLDER_LAYOUTS = (
 )
 
 
-class CheckpointError(ValueError):
-    """A checkpoint could not be read; the message names the path and what was expected there."""
+class CheckpointError(EngineUnavailable, ValueError):
+    """A checkpoint could not be read; the message names the path and what was expected there.
+
+    An operator fixes it by replacing the file, so the host reports it as ``engine_unavailable``
+    with ``detail["file"]``, not as an engine bug; ``ValueError`` stays a base for library code.
+    """
 
     def __init__(self, path: str | PathLike[str], problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
+        super().__init__(
+            f"{path}: {problem}", {"reason": "checkpoint_unreadable", "file": str(path)}
+        )
         self.path = Path(path)
         self.problem = problem
 

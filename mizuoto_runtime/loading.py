@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from mizuoto_runtime.checkpoint import CheckpointError, load_state_dict, names_preview
+from mizuoto_sdk.errors import EngineUnavailable
 
 __all__ = [
     "CheckpointError",
@@ -32,9 +33,15 @@ __all__ = [
     "strip_prefix",
 ]
 
+_DETAIL_KEYS = 20  # keys per kind in LoadError.detail; the message lists them all
 
-class LoadError(ValueError):
-    """A state dict does not fit a module; every offending key is listed, one per line."""
+
+class LoadError(EngineUnavailable, ValueError):
+    """A state dict does not fit a module; every offending key is listed, one per line.
+
+    The weights on disk do not match the model, which the operator fixes, so the host reports
+    ``engine_unavailable``; ``detail`` counts the keys and names the first few of each kind.
+    """
 
     def __init__(
         self,
@@ -43,7 +50,15 @@ class LoadError(ValueError):
         unexpected: tuple[str, ...],
         mismatched: tuple[str, ...],
     ) -> None:
-        super().__init__(message)
+        detail: dict[str, object] = {"reason": "weights_do_not_fit"}
+        for kind, keys in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("mismatched", mismatched),
+        ):
+            detail[kind] = list(keys[:_DETAIL_KEYS])
+            detail[f"{kind}_count"] = len(keys)
+        super().__init__(message, detail)
         self.missing = missing
         self.unexpected = unexpected
         self.mismatched = mismatched

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from mizuoto_sdk.errors import EngineUnavailable
+
 VARINT, FIXED64, LENGTH_DELIMITED, START_GROUP, END_GROUP, FIXED32 = range(6)
 _MASK64 = (1 << 64) - 1
 _MAX_VARINT_BYTES = 10
@@ -34,8 +36,15 @@ FIELD_COST = 240  # a kept field: its value or span, its list slot, a tuple
 _COST_PER_BYTE = {"string": 1, "int64": 8, "int32": 8, "uint64": 8, "float": 4, "double": 8}
 
 
-class OnnxFormatError(ValueError):
-    """The bytes are not a well-formed ONNX model; the message says where reading went wrong."""
+class OnnxFormatError(EngineUnavailable, ValueError):
+    """The bytes are not a well-formed ONNX model; the message says where reading went wrong.
+
+    A broken model file is the operator's to replace, so the host reports ``engine_unavailable``
+    (``load_onnx`` adds ``detail["file"]``); ``ValueError`` stays a base for library code.
+    """
+
+    def __init__(self, message: str, detail: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, {"reason": "onnx_unreadable", **(detail or {})})
 
 
 Field = tuple[int, int, int, int, int, int]

@@ -66,7 +66,11 @@ def load_onnx(path: str | os.PathLike) -> OnnxModel:
     with path.open("rb") as file:
         size = os.fstat(file.fileno()).st_size
         data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    return parse_onnx(data, path.parent)
+    try:
+        return parse_onnx(data, path.parent)
+    except OnnxFormatError as error:
+        error.detail.setdefault("file", str(path))
+        raise
 
 
 def _json_value(value: object) -> object:

@@ -15,12 +15,22 @@ from torch import Tensor
 
 from mizuoto_runtime.lm.config import QwenConfig
 from mizuoto_runtime.lm.rope import RopeState
+from mizuoto_sdk.errors import InvalidRequest
 
 __all__ = ["BufferCache", "CacheFull", "DynamicCache", "KVCache"]
 
 
-class CacheFull(ValueError):
-    """A BufferCache was asked to hold more tokens than it was built for."""
+class CacheFull(InvalidRequest, ValueError):
+    """A BufferCache was asked to hold more tokens than it was built for.
+
+    Its ``max_length`` is a limit declared when it was built, not memory that may free up, so a
+    retry cannot succeed: the request is too long for it, and the host reports
+    ``invalid_request`` with ``detail["field"] == "length"`` and the numbers.
+    """
+
+    def __init__(self, message: str, max_length: int, length: int, new: int) -> None:
+        detail = {"field": "length", "reason": "cache_full", "max_length": max_length}
+        super().__init__(message, {**detail, "length": length, "new": new})
 
 
 class DynamicCache:
@@ -123,7 +133,10 @@ class BufferCache:
         if self.length + new > self.max_length:
             raise CacheFull(
                 f"BufferCache holds {self.max_length} tokens; {self.length} + {new} do not fit. "
-                "Build it with a larger max_length"
+                "Build it with a larger max_length",
+                self.max_length,
+                self.length,
+                new,
             )
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

@@ -17,17 +17,25 @@ from pathlib import Path
 
 import attrs
 
+from mizuoto_sdk.errors import EngineUnavailable
+
 __all__ = ["QwenConfig", "RopeParameters", "UnsupportedModel"]
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn")
 _FAMILIES = ("qwen2", "qwen3")
 
 
-class UnsupportedModel(ValueError):
-    """A config that QwenDecoder cannot reproduce bit for bit; ``field`` names what is wrong."""
+class UnsupportedModel(EngineUnavailable, ValueError):
+    """A config that QwenDecoder cannot reproduce bit for bit; ``field`` names what is wrong.
+
+    The model, not the request, is at fault: the host reports ``engine_unavailable`` with the
+    config key in ``detail["key"]``; ``ValueError`` stays a base for library code.
+    """
 
     def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
+        super().__init__(
+            f"{field}: {problem}", {"reason": "unsupported_model_config", "key": field}
+        )
         self.field = field
         self.problem = problem
 

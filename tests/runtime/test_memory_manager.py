@@ -6,9 +6,9 @@ import math
 
 import pytest
 import torch
+from small_models import Stack
 from torch import nn
 
-from mizuoto_runtime import ops
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.handle import ModelHandle
 from mizuoto_runtime.ops import init_random
@@ -19,20 +19,8 @@ from mizuoto_sdk.errors import ComputeUnavailable, InvalidRequest
 WIDTH = 16
 
 
-class Stack(nn.Module):
-    def __init__(self, blocks: int) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ops.default.Linear(WIDTH, WIDTH) for _ in range(blocks))
-        self.head = ops.default.Linear(WIDTH, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = torch.tanh(block(x))
-        return self.head(x)
-
-
 def handle(name: str = "m", blocks: int = 4, seed: int = 0) -> ModelHandle:
-    model = init_random(Stack(blocks), torch.Generator().manual_seed(seed))
+    model = init_random(Stack(blocks, WIDTH), torch.Generator().manual_seed(seed))
     return ModelHandle(model, name=name, load_device="cpu")
 
 

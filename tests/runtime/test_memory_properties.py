@@ -16,27 +16,14 @@ import math
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch import nn
+from small_models import Stack
 
-from mizuoto_runtime import ops
 from mizuoto_runtime.handle import ModelHandle
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_sdk.errors import ComputeUnavailable
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class Stack(nn.Module):
-    def __init__(self, blocks: int, width: int) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ops.default.Linear(width, width) for _ in range(blocks))
-        self.head = ops.default.Linear(width, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = torch.tanh(block(x))
-        return self.head(x)
 
 
 def make(name: str, blocks: int, width: int) -> ModelHandle:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import Stack
 from torch import nn
 
-from mizuoto_runtime import ops
 from mizuoto_runtime.device import DeviceService
 from mizuoto_runtime.handle import STREAMED, ModelHandle
 from mizuoto_runtime.ops import init_random
@@ -15,22 +15,8 @@ from mizuoto_runtime.stream import Streamer, stage_bytes
 WIDTH = 16
 
 
-class Stack(nn.Module):
-    """Blocks called through their forward, so streaming goes through forward hooks."""
-
-    def __init__(self, blocks: int) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ops.default.Linear(WIDTH, WIDTH) for _ in range(blocks))
-        self.head = ops.default.Linear(WIDTH, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = torch.tanh(block(x))
-        return self.head(x)
-
-
 def stack(blocks: int = 4) -> Stack:
-    return init_random(Stack(blocks), torch.Generator().manual_seed(0))
+    return init_random(Stack(blocks, WIDTH), torch.Generator().manual_seed(0))
 
 
 def streamed(blocks: int = 4, which: tuple[int, ...] = (1, 3)):

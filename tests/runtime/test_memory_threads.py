@@ -19,9 +19,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch import nn
+from small_models import Stack
 
-from mizuoto_runtime import ops
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.device import DeviceService
 from mizuoto_runtime.handle import STREAMED, ModelHandle
@@ -32,20 +31,6 @@ from mizuoto_runtime.stream import Streamer, stage_bytes
 from mizuoto_sdk.errors import CancelledError
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class Stack(nn.Module):
-    """Blocks called through their forward: streamed through forward hooks."""
-
-    def __init__(self, blocks: int, width: int) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ops.default.Linear(width, width) for _ in range(blocks))
-        self.head = ops.default.Linear(width, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = torch.tanh(block(x))
-        return self.head(x)
 
 
 def qwen(layers: int) -> QwenDecoder:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from small_models import field, varint
 
 from mizuoto_runtime.convert.onnx import (
     MAX_GRAPH_DEPTH,
@@ -524,25 +525,6 @@ def test_a_torch_exported_model_matches_onnx(tmp_path):
 
 
 # --- the wire format's corners, against onnx's protobuf parser -------------------------------
-
-
-def varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def field(number: int, wire_type: int, payload: bytes | int) -> bytes:
-    key = varint(number << 3 | wire_type)
-    if wire_type == 0:
-        return key + varint(payload)
-    if wire_type == 2:
-        return key + varint(len(payload)) + payload
-    return key + payload
 
 
 UNKNOWN_FIELDS = (

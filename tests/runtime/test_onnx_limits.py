@@ -10,28 +10,12 @@ import sys
 
 import numpy as np
 import pytest
+from small_models import field, varint
 
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.convert._wire import MEMORY_FACTOR, MEMORY_FLOOR
 from mizuoto_runtime.convert.onnx import OnnxFormatError, load_onnx, parse_onnx
 from mizuoto_sdk import OperationTimeoutError
-
-
-def varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def field(number: int, wire_type: int, payload: bytes | int) -> bytes:
-    key = varint(number << 3 | wire_type)
-    if wire_type == 0:
-        return key + varint(payload)  # type: ignore[arg-type]
-    return key + varint(len(payload)) + payload  # type: ignore[arg-type]
 
 
 def model(graph: bytes) -> bytes:

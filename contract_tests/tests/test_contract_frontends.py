@@ -335,6 +335,17 @@ def test_the_manifests_sample_text_is_what_the_checks_speak_unless_text_is_given
     assert main(["corpus-one-word", "--check", "stream.cancel", "--text", "One. Two. Three."]) == 0
 
 
+def test_a_run_from_another_folder_gets_a_fork_server_in_that_folder(corpus, tmp_path, monkeypatch):
+    from mizuoto_contract import run_contract, zygote
+
+    if not zygote.available():
+        pytest.skip("no fork server on this platform")
+    checks = ["load.global_state"]
+    assert [r.status for r in run_contract("corpus-good", checks=checks)] == ["passed"]
+    monkeypatch.chdir(tmp_path)
+    assert [r.status for r in run_contract("corpus-good", checks=checks)] == ["passed"]
+
+
 def test_the_fresh_process_runs_the_same_without_the_fork_server(corpus, monkeypatch):
     """Where forking is unavailable (not Linux), each isolated run starts an interpreter."""
     from mizuoto_contract import run_contract, zygote

@@ -45,9 +45,11 @@ def prepare(subject: Subject) -> None:
     # The environment, folder and import path the child starts from, as they are before any
     # check runs: an engine that changes one in this process would otherwise hand its change to
     # the child, where making it again changes nothing.
-    subject.shared.setdefault("isolated_start", (dict(os.environ), os.getcwd(), list(sys.path)))
+    start = subject.shared.setdefault(
+        "isolated_start", (dict(os.environ), os.getcwd(), list(sys.path))
+    )
     if zygote.available():
-        zygote.warm(child_environment())
+        zygote.warm(child_environment(), start[1])
 
 
 def start(subject: Subject) -> None:

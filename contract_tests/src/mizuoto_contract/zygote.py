@@ -67,7 +67,9 @@ class ForkedChild:
 
 
 class Zygote:
-    def __init__(self, environment: dict[str, str]) -> None:
+    def __init__(self, environment: dict[str, str], cwd: str) -> None:
+        # Children inherit the server's folder: a server per folder, so no child changes its own.
+        self.cwd = cwd
         self._process = subprocess.Popen(
             [sys.executable, "-m", "mizuoto_contract.zygote"],
             stdin=subprocess.PIPE,
@@ -75,6 +77,7 @@ class Zygote:
             stderr=subprocess.DEVNULL,
             text=True,
             env=environment,
+            cwd=cwd,
         )
         # The server ends when its stdin closes; closing it at exit (and reaping the server)
         # leaves no process behind the run that started it.
@@ -96,14 +99,13 @@ class Zygote:
         return self._process.poll() is None
 
     def fork(
-        self, argv: list[str], environment: dict[str, str], output: Path, cwd: str, path: list[str]
+        self, argv: list[str], environment: dict[str, str], output: Path, path: list[str]
     ) -> ForkedChild:
         request = {
             "argv": argv,
             "env": environment,
             "path": path,
             "output": str(output),
-            "cwd": cwd,
         }
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(json.dumps(request) + "\n")
@@ -130,12 +132,25 @@ class Zygote:
                 return False
 
 
-def warm(environment: dict[str, str]) -> None:
-    """Start the zygote now (it imports torch, which takes a while) if none runs."""
+def _running(environment: dict[str, str], cwd: str) -> Zygote:
+    """The zygote serving ``cwd``, started if none runs there (call with ``_LOCK`` and the
+    one-child slot held, so no child of a zygote it replaces is still running)."""
+    zygote = _RUNNING.get("zygote")
+    if zygote is not None and zygote.alive() and zygote.cwd != cwd:
+        zygote.close()
+        zygote = None
+    if zygote is None or not zygote.alive():
+        zygote = _RUNNING["zygote"] = Zygote(environment, cwd)
+    return zygote
+
+
+def warm(environment: dict[str, str], cwd: str) -> None:
+    """Start the zygote now (it imports torch, which takes a while) if none runs. One running
+    elsewhere is left to ``fork``, which replaces it only when no child is in flight."""
     with _LOCK:
         zygote = _RUNNING.get("zygote")
         if zygote is None or not zygote.alive():
-            _RUNNING["zygote"] = Zygote(environment)
+            _RUNNING["zygote"] = Zygote(environment, cwd)
 
 
 def fork(
@@ -150,10 +165,7 @@ def fork(
     _ONE_CHILD.acquire()
     try:
         with _LOCK:
-            zygote = _RUNNING.get("zygote")
-            if zygote is None or not zygote.alive():
-                zygote = _RUNNING["zygote"] = Zygote(environment)
-            return zygote.fork(argv, environment, output, cwd, path)
+            return _running(environment, cwd).fork(argv, environment, output, path)
     except BaseException:
         _ONE_CHILD.release()
         raise
@@ -175,7 +187,6 @@ def _child(request: dict[str, Any]) -> None:
         environment = {k: v for k, v in request["env"].items() if k != "PYTHONHASHSEED"}
         os.environ.clear()
         os.environ.update(environment)
-        os.chdir(request["cwd"])
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
         sys.path[:] = request["path"]
         importlib.invalidate_caches()

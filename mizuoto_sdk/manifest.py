@@ -170,6 +170,8 @@ class EngineManifest:
     ``expected_failures`` maps contract check ids the engine knowingly fails to the reason why.
     ``sample_text`` is the input the contract suite speaks (None: its own three sentences); name
     one that exercises what your engine streams by, e.g. several sentences for a sentence-chunker.
+    ``uses_torch=False`` says the engine never imports torch (it wraps a program or uses numpy):
+    the host then loads and calls it without the runtime, also where torch is not installed.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -190,6 +192,7 @@ class EngineManifest:
     description: str = ""
     sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
     sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
+    uses_torch: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

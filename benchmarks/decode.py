@@ -33,7 +33,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from mizuoto_runtime.accel import features
-from mizuoto_runtime.compile import compile_module
+from mizuoto_runtime.accel.compile import compile_module
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.lm import QwenDecoder, generate
 

@@ -28,7 +28,7 @@ from construct import Decoder  # benchmarks/ is on sys.path when this runs as a 
 from torch import nn
 
 from mizuoto_runtime import ops
-from mizuoto_runtime.loading import load_into, load_state_dict
+from mizuoto_runtime.weights.loading import load_into, load_state_dict
 
 
 def rss_mib() -> float:

@@ -32,11 +32,11 @@ from collections.abc import Callable
 import torch
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder, generate
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
-from mizuoto_runtime.stream import stage_bytes
+from mizuoto_runtime.memory.stream import stage_bytes
 
 CONFIG = {
     "model_type": "qwen3",

@@ -26,18 +26,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from mizuoto_runtime import _moved
+
+_moved.install()
+
 if TYPE_CHECKING:
     from mizuoto_runtime import accel, lm, ops
     from mizuoto_runtime.accel import Site, attention
+    from mizuoto_runtime.accel.compile import Compiled, compile_module
+    from mizuoto_runtime.accel.graphs import DecoderSteps, Graphs, LayerSteps
     from mizuoto_runtime.audio import resample
-    from mizuoto_runtime.checkpoint import CheckpointError, load_state_dict
-    from mizuoto_runtime.compile import Compiled, compile_module
     from mizuoto_runtime.context import RequestContext, current_context
     from mizuoto_runtime.convert.onnx import load_onnx
-    from mizuoto_runtime.device import DeviceService, is_oom
-    from mizuoto_runtime.dtypes import DeviceProperties, pick_dtype
-    from mizuoto_runtime.graphs import DecoderSteps, Graphs, LayerSteps
-    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.devices.device import DeviceService, is_oom
+    from mizuoto_runtime.devices.dtypes import DeviceProperties, pick_dtype
     from mizuoto_runtime.lm import (
         BufferCache,
         DynamicCache,
@@ -47,13 +49,7 @@ if TYPE_CHECKING:
         mask_for,
     )
     from mizuoto_runtime.lm.memory import peak_bytes
-    from mizuoto_runtime.loading import (
-        LoadError,
-        fold_weight_norm,
-        load_into,
-        replace_prefixes,
-        strip_prefix,
-    )
+    from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.ops import init_random
     from mizuoto_runtime.process import open_process, run_process
     from mizuoto_runtime.runtime import Runtime
@@ -65,26 +61,34 @@ if TYPE_CHECKING:
         multinomial1,
     )
     from mizuoto_runtime.voices import find_voice, voice_roots
+    from mizuoto_runtime.weights.checkpoint import CheckpointError, load_state_dict
+    from mizuoto_runtime.weights.loading import (
+        LoadError,
+        fold_weight_norm,
+        load_into,
+        replace_prefixes,
+        strip_prefix,
+    )
 
 # name -> the module that defines it; a module's own name maps to itself (a subpackage).
 _WHERE = {
     "RequestContext": "mizuoto_runtime.context",
     "current_context": "mizuoto_runtime.context",
     "Runtime": "mizuoto_runtime.runtime",
-    "DeviceService": "mizuoto_runtime.device",
-    "is_oom": "mizuoto_runtime.device",
-    "DeviceProperties": "mizuoto_runtime.dtypes",
-    "pick_dtype": "mizuoto_runtime.dtypes",
-    "ModelHandle": "mizuoto_runtime.handle",
+    "DeviceService": "mizuoto_runtime.devices.device",
+    "is_oom": "mizuoto_runtime.devices.device",
+    "DeviceProperties": "mizuoto_runtime.devices.dtypes",
+    "pick_dtype": "mizuoto_runtime.devices.dtypes",
+    "ModelHandle": "mizuoto_runtime.memory.handle",
     "ops": "mizuoto_runtime.ops",
     "init_random": "mizuoto_runtime.ops",
-    "load_state_dict": "mizuoto_runtime.checkpoint",
-    "CheckpointError": "mizuoto_runtime.checkpoint",
-    "load_into": "mizuoto_runtime.loading",
-    "strip_prefix": "mizuoto_runtime.loading",
-    "replace_prefixes": "mizuoto_runtime.loading",
-    "fold_weight_norm": "mizuoto_runtime.loading",
-    "LoadError": "mizuoto_runtime.loading",
+    "load_state_dict": "mizuoto_runtime.weights.checkpoint",
+    "CheckpointError": "mizuoto_runtime.weights.checkpoint",
+    "load_into": "mizuoto_runtime.weights.loading",
+    "strip_prefix": "mizuoto_runtime.weights.loading",
+    "replace_prefixes": "mizuoto_runtime.weights.loading",
+    "fold_weight_norm": "mizuoto_runtime.weights.loading",
+    "LoadError": "mizuoto_runtime.weights.loading",
     "accel": "mizuoto_runtime.accel",
     "attention": "mizuoto_runtime.accel",
     "Site": "mizuoto_runtime.accel",
@@ -101,11 +105,11 @@ _WHERE = {
     "mask_for": "mizuoto_runtime.lm",
     "generate": "mizuoto_runtime.lm",
     "peak_bytes": "mizuoto_runtime.lm.memory",
-    "Graphs": "mizuoto_runtime.graphs",
-    "DecoderSteps": "mizuoto_runtime.graphs",
-    "LayerSteps": "mizuoto_runtime.graphs",
-    "compile_module": "mizuoto_runtime.compile",
-    "Compiled": "mizuoto_runtime.compile",
+    "Graphs": "mizuoto_runtime.accel.graphs",
+    "DecoderSteps": "mizuoto_runtime.accel.graphs",
+    "LayerSteps": "mizuoto_runtime.accel.graphs",
+    "compile_module": "mizuoto_runtime.accel.compile",
+    "Compiled": "mizuoto_runtime.accel.compile",
     "load_onnx": "mizuoto_runtime.convert.onnx",
     "resample": "mizuoto_runtime.audio",
     "find_voice": "mizuoto_runtime.voices",

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mizuoto_runtime.handle import ModelHandle
-    from mizuoto_runtime.manager import ModelManager
+    from mizuoto_runtime.memory.handle import ModelHandle
+    from mizuoto_runtime.memory.manager import ModelManager
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from mizuoto_runtime.device import DeviceService
-from mizuoto_runtime.manager import ModelManager
-from mizuoto_runtime.policy import SettingsLike
+from mizuoto_runtime.devices.device import DeviceService
+from mizuoto_runtime.memory.manager import ModelManager
+from mizuoto_runtime.memory.policy import SettingsLike
 from mizuoto_sdk.errors import InvalidRequest
 
 

@@ -243,7 +243,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from mizuoto_runtime.device import torch_build
+    from mizuoto_runtime.devices.device import torch_build
 
     build = torch_build()
     discovery = Discovery()

@@ -22,7 +22,7 @@ from torch import Tensor
 from mizuoto_runtime.accel.kernels import KERNELS, AttentionCall, installed
 from mizuoto_runtime.accel.sites import MaskInfo, Site
 from mizuoto_runtime.context import RequestContext, current_context
-from mizuoto_runtime.device import is_oom
+from mizuoto_runtime.devices.device import is_oom
 
 __all__ = ["POLICIES", "attention", "policy_of"]
 

@@ -20,7 +20,7 @@ import attrs
 import numpy as np
 
 from mizuoto_runtime.convert._wire import OnnxFormatError
-from mizuoto_runtime.paths import allowed_trees, resolves_inside
+from mizuoto_runtime.weights.paths import allowed_trees, resolves_inside
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -310,7 +310,7 @@ def external_slice(
             f"{label}: external data location {location!r} is absolute; "
             "it must be relative to the model's directory"
         )
-    try:  # inside the model's folder, or its Hugging Face cache entry (mizuoto_runtime.paths)
+    try:  # inside the model's folder or its Hugging Face cache entry (weights.paths)
         base = directory.resolve()
         target = (base / location).resolve()
         inside = resolves_inside(directory / location, allowed_trees(directory))

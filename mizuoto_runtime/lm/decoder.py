@@ -26,8 +26,8 @@ from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
 from mizuoto_runtime.lm.config import QwenConfig
 from mizuoto_runtime.lm.mask import mask_for
 from mizuoto_runtime.lm.rope import RopeState, Rotary, RotaryEmbedding, apply_rotary
-from mizuoto_runtime.loading import load_into, load_state_dict
-from mizuoto_runtime.units import UnitGate
+from mizuoto_runtime.memory.units import UnitGate
+from mizuoto_runtime.weights.loading import load_into, load_state_dict
 
 __all__ = ["LayerWeights", "QwenDecoder", "RMSNorm", "Weights", "layer_forward", "rms_norm"]
 
@@ -228,7 +228,7 @@ class QwenDecoder(nn.Module):
         )
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        # Set by the memory manager while some layers stream (``mizuoto_runtime.units``).
+        # Set by the memory manager while some layers stream (``mizuoto_runtime.memory.units``).
         self.unit_gate: UnitGate | None = None
 
     @classmethod

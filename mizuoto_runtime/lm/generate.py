@@ -13,7 +13,7 @@ import attrs
 import torch
 from torch import Tensor
 
-from mizuoto_runtime.compile import Compiled
+from mizuoto_runtime.accel.compile import Compiled
 from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
 from mizuoto_runtime.lm.decoder import QwenDecoder
@@ -65,7 +65,7 @@ def _decode_steps(
     """The captured decode step when the request asks for CUDA graphs and they can run."""
     if ctx is None or not ctx.settings.get(GRAPHS, False):
         return None
-    from mizuoto_runtime.graphs import DecoderSteps  # graphs builds on this package
+    from mizuoto_runtime.accel.graphs import DecoderSteps  # graphs builds on this package
 
     module = decoder.module if isinstance(decoder, Compiled) else decoder
     if getattr(module, "unit_gate", None) is not None:

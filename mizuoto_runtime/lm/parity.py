@@ -30,8 +30,8 @@ from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.lm.config import UnsupportedModel
 from mizuoto_runtime.lm.decoder import QwenDecoder
 from mizuoto_runtime.lm.generate import generate
-from mizuoto_runtime.loading import CheckpointError, LoadError
 from mizuoto_runtime.sampling import InvalidSamplingParams, SamplingParams
+from mizuoto_runtime.weights.loading import CheckpointError, LoadError
 
 __all__ = ["main", "run"]
 

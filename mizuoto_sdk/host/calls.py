@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.device import is_oom
+from mizuoto_runtime.devices.device import is_oom
 from mizuoto_sdk.audio import host_chunk
 from mizuoto_sdk.errors import ComputeUnavailable, EngineError
 from mizuoto_sdk.types import AudioChunk

@@ -30,8 +30,8 @@ from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
-    from mizuoto_runtime.dtypes import DtypeChoice
-    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.devices.dtypes import DtypeChoice
+    from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.host.service import RuntimeService
 
@@ -385,7 +385,7 @@ def _model_handles(
     """
     from torch import nn
 
-    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.memory.handle import ModelHandle
 
     handles: list[ModelHandle] = []
     for index, item in enumerate(tuple(loaded.handles)):
@@ -395,7 +395,7 @@ def _model_handles(
         if not isinstance(item, nn.Module):
             raise TypeError(
                 f"{type(loaded).__name__}.handles[{index}] is {type(item).__name__}"
-                ", expected a mizuoto_runtime.handle.ModelHandle or a torch.nn.Module"
+                ", expected a mizuoto_runtime.memory.handle.ModelHandle or a torch.nn.Module"
             )
         name = f"{engine.engine_id}/{spec.model_id}:{type(item).__name__}"
         if any(h.name == name for h in handles):

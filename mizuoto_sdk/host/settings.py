@@ -139,7 +139,7 @@ COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "compute.compile": _boolean,
     "compute.cuda_graphs": _boolean,
     "compute.fast": _boolean,
-    # Memory management (mizuoto_runtime.policy): simulate_vram_mb when the runtime is created
+    # Memory management (mizuoto_runtime.memory.policy): simulate_vram_mb when the runtime is created
     # (the first load), the others each time a model registers on a device.
     "compute.simulate_vram_mb": _number_or_none(
         "a number of MiB", 0, exclusive=True, least=(2**-20, "one byte, 2**-20")

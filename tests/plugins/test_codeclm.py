@@ -87,7 +87,7 @@ def test_loading_is_strict_and_names_the_key(tmp_path, change):
 
     from mizuoto_engine_codeclm.make_weights import WEIGHTS_DIR
     from mizuoto_engine_codeclm.model import load_model
-    from mizuoto_runtime.loading import LoadError
+    from mizuoto_runtime.weights.loading import LoadError
 
     state = load_file(WEIGHTS_DIR / "model.safetensors")
     key = "codec.post.bias" if change == "missing" else "codec.extra.weight"

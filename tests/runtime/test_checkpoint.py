@@ -12,7 +12,7 @@ import safetensors.torch
 import torch
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.loading import CheckpointError, load_state_dict
+from mizuoto_runtime.weights.loading import CheckpointError, load_state_dict
 from mizuoto_sdk import CancelledError
 
 

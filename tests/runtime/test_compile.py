@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mizuoto_runtime.compile import Compiled, compile_module
+from mizuoto_runtime.accel.compile import Compiled, compile_module
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder, generate
 from mizuoto_runtime.ops import init_random

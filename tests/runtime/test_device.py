@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from mizuoto_runtime.device import DeviceService, is_oom
-from mizuoto_runtime.dtypes import DeviceProperties
+from mizuoto_runtime.devices.device import DeviceService, is_oom
+from mizuoto_runtime.devices.dtypes import DeviceProperties
 from mizuoto_sdk import EngineError
 
 PREFERENCE = ["bf16", "fp16", "fp32"]
@@ -126,7 +126,7 @@ def test_pin_to_cpu_keeps_a_module_on_the_cpu_when_its_parent_moves():
 
 def test_device_module_prints_torchs_view_and_probing_never_imports_torch_here():
     done = subprocess.run(
-        [sys.executable, "-m", "mizuoto_runtime.device"],
+        [sys.executable, "-m", "mizuoto_runtime.devices.device"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -136,7 +136,7 @@ def test_device_module_prints_torchs_view_and_probing_never_imports_torch_here()
     assert report["torch"] == torch.__version__
     assert isinstance(report["devices"], list)
     script = (
-        "import sys; from mizuoto_runtime.device import DeviceService; "
+        "import sys; from mizuoto_runtime.devices.device import DeviceService; "
         "d = DeviceService(); d.probe_devices(); b = d.torch_build(); "
         "print('torch' in sys.modules, b['version'], b['build'])"
     )

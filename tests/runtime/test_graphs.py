@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.graphs import DecoderSteps, Graphs, LayerSteps, graph_safe
+from mizuoto_runtime.accel.graphs import DecoderSteps, Graphs, LayerSteps, graph_safe
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder, generate, mask_for
 from mizuoto_runtime.lm.decoder import layer_forward
 from mizuoto_runtime.lm.rope import Rotary

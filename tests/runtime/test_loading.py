@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from mizuoto_runtime import ops
-from mizuoto_runtime.loading import (
+from mizuoto_runtime.weights.loading import (
     CheckpointError,
     LoadError,
     fold_weight_norm,

@@ -10,10 +10,10 @@ from small_models import Stack
 from torch import nn
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
-from mizuoto_runtime.stream import stage_bytes
+from mizuoto_runtime.memory.stream import stage_bytes
 from mizuoto_sdk.errors import ComputeUnavailable, InvalidRequest
 
 WIDTH = 16

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from small_models import Stack
 
-from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_sdk.errors import ComputeUnavailable

@@ -7,10 +7,10 @@ import torch
 from small_models import Stack
 from torch import nn
 
-from mizuoto_runtime.device import DeviceService
-from mizuoto_runtime.handle import STREAMED, ModelHandle
+from mizuoto_runtime.devices.device import DeviceService
+from mizuoto_runtime.memory.handle import STREAMED, ModelHandle
 from mizuoto_runtime.ops import init_random
-from mizuoto_runtime.stream import Streamer, stage_bytes
+from mizuoto_runtime.memory.stream import Streamer, stage_bytes
 
 WIDTH = 16
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.handle import ModelHandle
+from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.lm import DynamicCache, QwenConfig, QwenDecoder, generate
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_runtime.sampling import SamplingParams
-from mizuoto_runtime.stream import stage_bytes
+from mizuoto_runtime.memory.stream import stage_bytes
 
 VOCAB = 211
 SAMPLED = SamplingParams(do_sample=True, top_k=20, temperature=0.9)

@@ -29,7 +29,7 @@ MEMO_ENGINE = """
         def load(self, spec, runtime, ctx):
             import torch
             from mizuoto_runtime import ops
-            from mizuoto_runtime.handle import ModelHandle
+            from mizuoto_runtime.memory.handle import ModelHandle
 
             torch_module = torch.nn.Sequential(
                 *(ops.default.Linear(WIDTH, WIDTH) for _ in range(LAYERS))

@@ -25,7 +25,7 @@ def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
     """
     import torch
 
-    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.memory.handle import ModelHandle
 
     yield "loaded", loaded
     seen: set[int] = set()

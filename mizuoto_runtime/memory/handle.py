@@ -4,7 +4,7 @@ An engine wraps each weighted component it loads (a decoder, a codec) in a handl
 ``handle.module``. The manager decides, per request phase, which parts live on the load device
 (*resident*), which stay in host memory and are copied in as they run (*streamed*), and which sit
 in host memory unused (*host*: an idle component that gave its memory back). A part is one unit
-(by default a repeated block such as a decoder layer, see ``mizuoto_runtime.units``) or the
+(by default a repeated block such as a decoder layer, see ``mizuoto_runtime.memory.units``) or the
 *base*: every tensor that belongs to no unit (embeddings, heads, norms), which is resident
 whenever the handle runs.
 
@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from mizuoto_runtime.units import discover_units, unit_tensors
+from mizuoto_runtime.memory.units import discover_units, unit_tensors
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from mizuoto_runtime.checkpoint import CheckpointError, load_state_dict, names_preview
+from mizuoto_runtime.weights.checkpoint import CheckpointError, load_state_dict, names_preview
 from mizuoto_sdk.errors import EngineUnavailable
 
 __all__ = [

@@ -1,8 +1,9 @@
 """What this machine has and what the installed torch was built for, asked without torch.
 
 The vendors' tools (nvidia-smi, rocm-smi / amd-smi) and the platform answer first. torch is asked
-only in a subprocess (``python -m mizuoto_runtime.device``), and only when the installed build may
-see accelerators the tools did not; once torch is imported in this process it is asked directly.
+only in a subprocess (``python -m mizuoto_runtime.devices.device``), and only when the
+installed build may see accelerators the tools did not; once torch is imported in this process
+it is asked directly.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def torch_devices() -> list[dict[str, object]]:
 def _torch_devices_in_subprocess() -> list[dict[str, object]]:
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "mizuoto_runtime.device"],
+            [sys.executable, "-m", "mizuoto_runtime.devices.device"],
             capture_output=True,
             text=True,
             timeout=120,

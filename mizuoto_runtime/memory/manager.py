@@ -43,10 +43,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mizuoto_runtime.handle import ModelHandle, indexed_device
-from mizuoto_runtime.occupancy import Entry, Lease, MemoryWaits
-from mizuoto_runtime.placement import Placer
-from mizuoto_runtime.policy import (
+from mizuoto_runtime.memory.handle import ModelHandle, indexed_device
+from mizuoto_runtime.memory.occupancy import Entry, Lease, MemoryWaits
+from mizuoto_runtime.memory.placement import Placer
+from mizuoto_runtime.memory.policy import (
     Calibration,
     PeakMeter,
     Plan,
@@ -54,12 +54,12 @@ from mizuoto_runtime.policy import (
     VramPolicy,
     failing_device,
 )
-from mizuoto_runtime.stream import Streamer
+from mizuoto_runtime.memory.stream import Streamer
 from mizuoto_sdk.errors import ComputeUnavailable
 
 if TYPE_CHECKING:
     from mizuoto_runtime.context import RequestContext
-    from mizuoto_runtime.device import DeviceService
+    from mizuoto_runtime.devices.device import DeviceService
 
 __all__ = ["ModelManager"]
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from mizuoto_sdk.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from mizuoto_runtime.device import DeviceService
-    from mizuoto_runtime.handle import ModelHandle, Part
+    from mizuoto_runtime.devices.device import DeviceService
+    from mizuoto_runtime.memory.handle import ModelHandle, Part
 
 __all__ = [
     "Calibration",

@@ -3,8 +3,8 @@ indexes, and whole folders, each failure a ``CheckpointError`` that names the pa
 
 Whatever a file holds, reading it ends in tensors or a ``CheckpointError``: a malformed file may
 make torch or json fail in any way, and those failures are reported, never raised raw. Files that
-a folder or an index names must resolve inside the model's trees (``mizuoto_runtime.paths``), so
-a link cannot make the reader open a file elsewhere. Reading checks the bound request's cancel
+a folder or an index names must resolve inside the model's trees (``weights/paths.py``), so a
+link cannot make the reader open a file elsewhere. Reading checks the bound request's cancel
 between shards and tensors.
 
 Split from ``loading`` (which re-exports ``load_state_dict`` and ``CheckpointError``) so that
@@ -26,7 +26,7 @@ from safetensors import safe_open
 from torch import Tensor
 
 from mizuoto_runtime.context import current_context
-from mizuoto_runtime.paths import allowed_trees, resolves_inside
+from mizuoto_runtime.weights.paths import allowed_trees, resolves_inside
 from mizuoto_sdk.errors import EngineError, EngineUnavailable
 
 __all__ = ["PICKLE_SUFFIXES", "CheckpointError", "load_state_dict"]

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from mizuoto_runtime.dtypes import (
+from mizuoto_runtime.devices.dtypes import (
     RULES,
     DeviceProperties,
     DtypeChoice,
@@ -22,7 +22,7 @@ from mizuoto_runtime.dtypes import (
     pick_dtype,
     unsupported_reason,
 )
-from mizuoto_runtime.probe import probe_devices, torch_build, torch_devices
+from mizuoto_runtime.devices.probe import probe_devices, torch_build, torch_devices
 from mizuoto_sdk.manifest import device_type
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class DeviceService:
     def pick_dtype(
         self, device: str, requested: str | None, supported: Sequence[str], cpu: str = "float32"
     ) -> DtypeChoice:
-        """See ``mizuoto_runtime.dtypes.pick_dtype``; a simulated CPU still computes like a CPU."""
+        """See ``devices.dtypes.pick_dtype``; a simulated CPU still computes like a CPU."""
         return pick_dtype(self.properties(device), requested, supported, cpu, self._rules)
 
     def float64_device(self, device: str) -> str:
@@ -233,7 +233,7 @@ def _torch_properties(device: str) -> DeviceProperties:
 
 
 def _main() -> int:
-    """``python -m mizuoto_runtime.device``: torch's view of the devices, as JSON."""
+    """``python -m mizuoto_runtime.devices.device``: torch's view of the devices, as JSON."""
     import torch
 
     print(json.dumps({"torch": torch.__version__, "devices": torch_devices()}))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mizuoto_runtime.context import RequestContext
-    from mizuoto_runtime.handle import ModelHandle
+    from mizuoto_runtime.memory.handle import ModelHandle
 
 __all__ = ["Entry", "Lease", "MemoryWaits"]
 

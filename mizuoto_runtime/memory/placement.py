@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from mizuoto_runtime.handle import HOST, RESIDENT, ModelHandle
-from mizuoto_runtime.occupancy import Entry
-from mizuoto_runtime.policy import (
+from mizuoto_runtime.memory.handle import HOST, RESIDENT, ModelHandle
+from mizuoto_runtime.memory.occupancy import Entry
+from mizuoto_runtime.memory.policy import (
     Calibration,
     Level,
     Plan,
@@ -28,10 +28,10 @@ from mizuoto_runtime.policy import (
     eviction_order,
     unit_order,
 )
-from mizuoto_runtime.stream import Streamer, stage_bytes
+from mizuoto_runtime.memory.stream import Streamer, stage_bytes
 
 if TYPE_CHECKING:
-    from mizuoto_runtime.device import DeviceService
+    from mizuoto_runtime.devices.device import DeviceService
 
 __all__ = ["Entry", "Placer"]
 

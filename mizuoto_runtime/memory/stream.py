@@ -37,13 +37,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_runtime.context import current_context
-from mizuoto_runtime.handle import RESIDENT, STREAMED, ModelHandle, Part
-from mizuoto_runtime.units import route
+from mizuoto_runtime.memory.handle import RESIDENT, STREAMED, ModelHandle, Part
+from mizuoto_runtime.memory.units import route
 
 if TYPE_CHECKING:
     import torch
 
-    from mizuoto_runtime.device import DeviceService
+    from mizuoto_runtime.devices.device import DeviceService
 
 __all__ = ["Streamer", "stage_bytes"]
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-import textwrap
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from mizuoto_sdk.host import Discovery
-
-MakeDist = Callable[..., Path]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -31,69 +28,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh site directory on sys.path; modules imported from it are forgotten afterwards."""
-    directory = tmp_path / "site"
-    directory.mkdir()
-    monkeypatch.syspath_prepend(str(directory))
-    before = set(sys.modules)
-    yield directory
-    for name in set(sys.modules) - before:
-        module = sys.modules.get(name)
-        if str(getattr(module, "__file__", "") or "").startswith(str(directory)):
-            del sys.modules[name]
+# One site folder per case: real fixture distributions (dist-info + package) that plugin discovery
+# meets, good and broken; each package docstring says what its case is.
+PLUGIN_SITES = Path(__file__).parent / "sdk" / "plugin_sites"
 
 
 @pytest.fixture
-def unique() -> Callable[[str], str]:
-    """Module names unique to one test, so sys.modules never serves another test's module."""
-    token = uuid.uuid4().hex[:8]
-    return lambda name: f"{name}_{token}"
+def plugin_site(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., list[str]]]:
+    """``plugin_site("good", "twins")`` puts those case folders (and nothing else) on sys.path.
 
-
-@pytest.fixture
-def make_dist(site: Path) -> MakeDist:
-    """Write a distribution: its modules and a dist-info with ``mizuoto.engines`` entry points."""
-
-    def make(
-        name: str,
-        modules: Mapping[str, str],
-        entry_points: Mapping[str, str],
-        version: str = "1.0",
-    ) -> Path:
-        for module, source in modules.items():
-            path = site / (module.replace(".", "/") + ".py")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(textwrap.dedent(source))
-        info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        lines = "".join(f"{key} = {value}\n" for key, value in entry_points.items())
-        (info / "entry_points.txt").write_text(f"[mizuoto.engines]\n{lines}")
-        return site
-
-    return make
-
-
-def plugin_source(arguments: str) -> str:
-    """A plugin module whose hook returns ``[EngineManifest(<arguments>)]``."""
-    return f"""
-        from mizuoto_sdk import EngineManifest, ModelEntry, hookimpl
-
-        @hookimpl
-        def mizuoto_engines():
-            return [EngineManifest({arguments})]
+    Returns the folders, for ``Discovery(path=...)`` or a child's PYTHONPATH. Modules imported
+    from them are forgotten afterwards, so each test imports its plugins afresh.
     """
+    installed: list[str] = []
 
+    def install(*cases: str) -> list[str]:
+        folders = [str(PLUGIN_SITES / case) for case in cases]
+        for folder in folders:
+            assert Path(folder).is_dir(), f"no fixture site {folder}"
+            monkeypatch.syspath_prepend(folder)
+        installed.extend(folders)
+        return folders
 
-def manifest_arguments(engine_id: str, implementation: str, extra: str = "") -> str:
-    """Keyword arguments for a typical manifest: models a, b, c; three capabilities."""
-    return (
-        f"id={engine_id!r}, implementation={implementation!r}, "
-        "models=[ModelEntry('a'), ModelEntry('b'), ModelEntry('c')], "
-        "capabilities=['synthesize', 'prepare_voice', 'call']" + (f", {extra}" if extra else "")
-    )
+    before = set(sys.modules)
+    yield install
+    for name in set(sys.modules) - before:
+        file = str(getattr(sys.modules.get(name), "__file__", "") or "")
+        if any(file.startswith(folder + os.sep) for folder in installed):
+            del sys.modules[name]
 
 
 # A real distribution holding a configurable engine for the host tests (see its package docstring).

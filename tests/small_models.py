@@ -1,4 +1,4 @@
-"""Small models and byte builders shared by several test modules.
+"""Small models, a copy counter and byte builders shared by several test modules.
 
 One copy each, so a change to what the tests build is made once; kept tiny so tests stay fast
 on CPU.
@@ -6,8 +6,11 @@ on CPU.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from mizuoto_runtime import ops
 
@@ -24,6 +27,20 @@ class Stack(nn.Module):
         for block in self.blocks:
             x = torch.tanh(block(x))
         return self.head(x)
+
+
+class HostCopies(TorchFunctionMode):
+    """Counts the copies torch makes out of the host tensors of ``parts`` (one per unit staged)."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        super().__init__()
+        self.sources = {part.tensors[0].data_ptr() for part in parts}
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.copy_ and args[1].data_ptr() in self.sources:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 def varint(value: int) -> bytes:

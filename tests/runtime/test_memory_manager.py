@@ -11,9 +11,9 @@ from torch import nn
 
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.memory.handle import ModelHandle
+from mizuoto_runtime.memory.stream import stage_bytes
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
-from mizuoto_runtime.memory.stream import stage_bytes
 from mizuoto_sdk.errors import ComputeUnavailable, InvalidRequest
 
 WIDTH = 16
@@ -60,7 +60,6 @@ def test_on_a_plain_cpu_nothing_moves_and_nothing_is_counted():
     assert row(rt, "m")["state"] == "idle"
     assert (h.loaded_bytes, h.streamed_bytes, h.host_bytes) == (h.size_bytes, 0, 0)
     assert rt.manager.release_after_oom() == [] and rt.manager.unload() == []
-    assert not rt.manager.trace
 
 
 def test_a_model_that_fits_stays_resident_and_is_listed():
@@ -97,7 +96,6 @@ def test_a_model_that_does_not_fit_streams_units_and_computes_the_same():
     assert torch.equal(run(rt, h), expected)
     assert h.loaded_bytes == BASE + UNIT and h.streamed_bytes == 3 * UNIT
     assert in_use(rt) == BASE + UNIT + 2 * SLOT
-    assert rt.manager.streamer("cpu").copies >= 3
 
 
 def test_idle_models_give_memory_back_least_recently_used_first():
@@ -146,10 +144,9 @@ def test_an_injected_oom_releases_idle_models_and_reruns_exactly():
     result = ctx.run("sample", phase, ctx, handles=[h])
     clean = torch.rand(4, generator=RequestContext(seed=7).generator_for("cpu"))
     assert torch.equal(result, clean) and torch.equal(calls[0], calls[1])
-    events = [e["event"] for e in rt.manager.trace]
-    assert events == ["oom", "release", "retry", "done"]
-    assert rt.manager.trace[1]["names"] == ["idle"]
+    assert len(calls) == 2  # one failure, one re-run
     assert idle.loaded_bytes == 0 and h.loaded_bytes > 0
+    assert row(rt, "idle")["host_bytes"] == FULL  # released, not unloaded
 
 
 def test_working_memory_that_does_not_fit_is_retried_with_more_streaming_then_calibrated():
@@ -158,8 +155,10 @@ def test_working_memory_that_does_not_fit_is_retried_with_more_streaming_then_ca
     rt.manager.register([h], owner="m@cpu")
     activations = 3 * UNIT
     expected = h.module(X)
+    attempts = []
 
     def forward(x: torch.Tensor) -> torch.Tensor:
+        attempts.append(h.loaded_bytes)
         rt.devices.account("cpu", activations)  # what the forward allocates on the device
         try:
             return h.module(x)
@@ -168,12 +167,13 @@ def test_working_memory_that_does_not_fit_is_retried_with_more_streaming_then_ca
 
     with torch.inference_mode():
         assert torch.equal(rt.manager.run("forward", forward, X, handles=[h]), expected)
-    ooms = sum(e["event"] == "oom" for e in rt.manager.trace)
-    assert ooms >= 1 and h.streamed_bytes > 0
+    assert len(attempts) >= 2 and attempts[-1] < attempts[0]  # re-run with more streamed
+    assert h.streamed_bytes > 0
     assert rt.devices.peak("cpu") <= FULL + 2 * UNIT
+    attempts.clear()
     with torch.inference_mode():
         assert torch.equal(rt.manager.run("forward", forward, X, handles=[h]), expected)
-    assert sum(e["event"] == "oom" for e in rt.manager.trace) == ooms  # planned from the peak
+    assert len(attempts) == 1  # planned from the peak: no failed attempt
 
 
 def test_an_oom_that_does_not_go_away_fails_with_compute_unavailable_after_the_ladder():
@@ -194,7 +194,7 @@ def test_an_oom_that_does_not_go_away_fails_with_compute_unavailable_after_the_l
     assert calls[0] == h.size_bytes  # it fitted: the first attempt ran fully resident
     assert len(calls) <= math.log2(8) + 3
     assert calls == sorted(calls, reverse=True) and calls[-1] == BASE  # ends fully streamed
-    assert rt.manager.trace[-1]["event"] == "failed"
+    assert row(rt, "m")["state"] == "idle"  # still registered, usable once memory is back
 
 
 def test_errors_other_than_out_of_memory_propagate_at_once():
@@ -208,7 +208,7 @@ def test_errors_other_than_out_of_memory_propagate_at_once():
 
     with pytest.raises(KeyError):
         rt.manager.run("forward", phase, handles=[h])
-    assert calls == [1] and not rt.manager.trace
+    assert calls == [1]  # no re-run
 
 
 def test_an_oom_inside_a_use_block_propagates_after_releasing_idle_models():

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from small_models import HostCopies
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.lm import DynamicCache, QwenConfig, QwenDecoder, generate
+from mizuoto_runtime.memory.handle import ModelHandle
+from mizuoto_runtime.memory.stream import stage_bytes
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_runtime.sampling import SamplingParams
-from mizuoto_runtime.memory.stream import stage_bytes
 
 VOCAB = 211
 SAMPLED = SamplingParams(do_sample=True, top_k=20, temperature=0.9)
@@ -73,9 +74,10 @@ def test_generation_with_streamed_layers_is_bitwise_the_resident_generation(
     expected = generated(model, params, RequestContext(seed=3))
     rt, h = streaming_runtime(model, resident_layers)
     ctx = RequestContext(seed=3, manager=rt.manager)
-    out = generated(model, params, ctx, handles=[h])
+    with HostCopies(h.unit_parts) as copies:
+        out = generated(model, params, ctx, handles=[h])
     assert h.streamed_bytes == (5 - resident_layers) * h.unit_parts[0].nbytes
-    assert rt.manager.streamer("cpu").copies > 0
+    assert copies.count > 0  # streamed layers ran from staged copies
     assert torch.equal(out.tokens, expected.tokens)
     assert torch.equal(out.logits, expected.logits)
     free, total = rt.devices.memory("cpu")
@@ -127,7 +129,6 @@ def test_an_oom_in_the_middle_of_generation_reruns_exactly():
     out = generated(model, SAMPLED, ctx, [h])
     assert ctx.steps > 3  # the failed attempt drew two tokens before failing
     assert torch.equal(out.tokens, expected.tokens) and torch.equal(out.logits, expected.logits)
-    assert [e["event"] for e in rt.manager.trace] == ["oom", "release", "retry", "done"]
     assert h.streamed_bytes > 0  # the re-run streamed half the model
 
 
@@ -164,7 +165,6 @@ def test_cuda_streaming_with_pinned_copies_and_a_side_stream_is_bitwise(params: 
     streamed = [p for p in h.unit_parts if p.state == "streamed"]
     assert 3 <= len(streamed) <= 5  # about two of six layers fit beside the slots
     assert all(t.device.type == "cpu" and t.is_pinned() for p in streamed for t in p.tensors)
-    assert rt.manager.streamer("cuda:0").copies >= 4
     assert torch.equal(out.tokens, expected.tokens) and torch.equal(out.logits, expected.logits)
     rt.manager.unload()
     assert h.loaded_bytes == 0 and all(t.device.type == "cpu" for t in model.parameters())
@@ -179,11 +179,11 @@ def test_cuda_injected_oom_releases_and_reruns_with_more_streaming():
     idle = ModelHandle(decoder(layers=2, device="cuda"), name="idle:decoder", load_device="cuda:0")
     rt.manager.register([idle], owner="idle@cuda:0")
     rt.manager.register([h], owner="tiny@cuda:0")
-    failures = []
+    attempts = []
 
     def phase():
-        if not failures:
-            failures.append(1)
+        attempts.append(idle.loaded_bytes)
+        if len(attempts) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0")
         return generate(model, prompt("cuda"), SAMPLED, max_new_tokens=16, output_logits=True)
 
@@ -191,8 +191,8 @@ def test_cuda_injected_oom_releases_and_reruns_with_more_streaming():
     with ctx.bind():
         out = ctx.run("generate", phase, handles=[h])
     assert torch.equal(out.tokens, expected.tokens) and torch.equal(out.logits, expected.logits)
+    assert attempts[0] == idle.size_bytes and attempts[1:] == [0]  # released, then one re-run
     assert idle.loaded_bytes == 0
-    assert [e["event"] for e in rt.manager.trace] == ["oom", "release", "retry", "done"]
 
 
 def generated_on_cuda(model: QwenDecoder, ctx: RequestContext):

@@ -12,6 +12,7 @@ import wave
 from pathlib import Path
 
 import pytest
+from conftest import PLUGIN_SITES
 
 from mizuoto_sdk import cli
 from mizuoto_sdk.cli import main
@@ -43,21 +44,17 @@ def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def test_engines_json_lists_sine_ok_beside_a_broken_plugin(make_dist, unique, site):
-    broken = unique("broken")
-    make_dist(
-        "mizuoto-engine-broken", {broken: "raise RuntimeError('bad wheel')"}, {"broken": broken}
-    )
-    done = run("engines", "--json", env={"PYTHONPATH": str(site)})
+def test_engines_json_lists_sine_ok_beside_a_broken_plugin(tmp_path):
+    broken = {"PYTHONPATH": str(PLUGIN_SITES / "import_fails")}  # three plugins that fail to import
+    done = run("engines", "--json", env=broken)
     assert done.returncode == 0, done.stderr
     rows = {row["id"]: row for row in json.loads(done.stdout)}
     assert rows["sine"]["status"] == "ok"
     assert rows["sine"]["distribution"] == "mizuoto-engine-sine"
-    assert rows["broken"]["status"] == "failed"
-    assert "RuntimeError: bad wheel" in rows["broken"]["error"]
-    synth = run(
-        "synth", "sine", "still works", "-o", str(site / "ok.wav"), env={"PYTHONPATH": str(site)}
-    )
+    assert rows["raises"]["status"] == "failed"
+    assert rows["raises"]["distribution"] == "mizuoto-fixture-import-fails"
+    assert "RuntimeError: no such backend" in rows["raises"]["error"]
+    synth = run("synth", "sine", "still works", "-o", str(tmp_path / "ok.wav"), env=broken)
     assert synth.returncode == 0, synth.stderr
 
 

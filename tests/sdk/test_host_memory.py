@@ -10,79 +10,19 @@ import json
 
 import numpy as np
 import pytest
-from conftest import plugin_source
 
 from mizuoto_sdk import AudioChunk, EngineError
 from mizuoto_sdk.cli import main
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 
-MEMO_ENGINE = """
-    import numpy as np
-
-    from mizuoto_sdk import AudioChunk, Engine, LoadedEngine
-
-    LAYERS, WIDTH = 8, 64
-
-    class MemoEngine(Engine):
-        DEVICES = ("cpu",)
-
-        def load(self, spec, runtime, ctx):
-            import torch
-            from mizuoto_runtime import ops
-            from mizuoto_runtime.memory.handle import ModelHandle
-
-            torch_module = torch.nn.Sequential(
-                *(ops.default.Linear(WIDTH, WIDTH) for _ in range(LAYERS))
-            )
-            generator = torch.Generator().manual_seed(sum(map(ord, spec.model_id)))
-            ops.init_random(torch_module, generator)
-            if spec.options.get("not_a_handle"):
-                return Loaded(torch_module, ("weights",))
-            if spec.options.get("plain_module"):
-                return Loaded(torch_module, (torch_module,))
-            handle = ModelHandle(
-                torch_module,
-                name=f"memo/{spec.model_id}:stack",
-                load_device=spec.device,
-                units=list(torch_module),
-            )
-            return Loaded(torch_module, (handle,))
-
-    class Loaded(LoadedEngine):
-        def __init__(self, module, handles):
-            self.module = module
-            self.handles = handles
-
-        def synthesize(self, text, params, ctx):
-            import torch
-
-            if params.get("mode") == "oom":
-                raise torch.OutOfMemoryError("simulated allocation failure")
-            x = torch.linspace(-1, 1, WIDTH)[None]
-            for _ in range(int(params.get("chunks", 1))):
-                with ctx.use(*self.handles, phase="synthesize"):
-                    y = self.module(x)
-                yield AudioChunk(torch.tanh(y[0]).numpy().astype(np.float32), 16000)
-"""
-
-LAYER_BYTES = 64 * 64 * 4 + 64 * 4
+LAYER_BYTES = 64 * 64 * 4 + 64 * 4  # engine memo: eight Linear(64, 64) layers in float32
 MODEL_BYTES = 8 * LAYER_BYTES
 
 
 @pytest.fixture
-def memo(make_dist, unique):
-    engine_module, plugin_module = unique("memoengine"), unique("memoplugin")
-    make_dist(
-        "memo-engines",
-        {
-            engine_module: MEMO_ENGINE,
-            plugin_module: plugin_source(
-                f"id='memo', implementation='{engine_module}:MemoEngine', devices=['cpu'], "
-                "models=[ModelEntry('a'), ModelEntry('b')], capabilities=['synthesize']"
-            ),
-        },
-        {"memo": plugin_module},
-    )
+def memo(plugin_site):
+    """Engine ``memo`` (tests/sdk/plugin_sites/memo), found through its entry point."""
+    plugin_site("memo")
 
 
 def _service(budget_bytes: int | None) -> RuntimeService:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import manifest_arguments, plugin_source
 
 from mizuoto_sdk import EngineError
 from mizuoto_sdk.host import Discovery, EngineRequest, RuntimeService, Settings
@@ -130,22 +129,14 @@ def test_states_follow_the_engine(host_engine):
     assert service.loaded_models() == []
 
 
-def test_an_implementation_that_fails_to_import_crashes_the_engine(make_dist, unique, site):
-    engine, plugin = unique("eng"), unique("plug")
-    make_dist(
-        "dist-x",
-        {
-            engine: "raise ImportError('no codec')",
-            plugin: plugin_source(manifest_arguments("x", f"{engine}:Missing")),
-        },
-        {"x": plugin},
-    )
-    service = RuntimeService(discovery=Discovery(path=[str(site)], selection=None))
-    local = service.engine("x")
+def test_an_implementation_that_fails_to_import_crashes_the_engine(plugin_site):
+    path = plugin_site("classes")  # engine raises-on-import: its module raises OSError
+    service = RuntimeService(discovery=Discovery(path=path, selection=None))
+    local = service.engine("raises-on-import")
     with pytest.raises(EngineError) as caught:
         local.load()
     assert caught.value.code == "engine_unavailable"
-    assert local.state == "crashed" and "no codec" in local.error
+    assert local.state == "crashed" and "missing weights" in local.error
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,5 @@
+"""A hook without ``@hookimpl``."""
+
+
+def mizuoto_engines():
+    return []

@@ -1,0 +1,46 @@
+"""The engine classes ``plugin`` names; ``Absent`` is missing on purpose."""
+
+from mizuoto_sdk import Engine
+
+
+class CudaOnly(Engine):
+    """Says CUDA where its manifest says CPU."""
+
+    DEVICES = ("cuda",)
+
+
+class HalfFirst(Engine):
+    """Prefers dtypes its manifest does not declare."""
+
+    DEVICES = ("cpu",)
+    DTYPES = ("bf16", "fp32")
+
+
+class WantsLibrosa(Engine):
+    """Needs an extra its manifest does not declare."""
+
+    DEVICES = ("cpu",)
+    EXTRAS = {"librosa": "librosa>=0.10"}
+
+
+class NotAnEngine:
+    DEVICES = ("cpu",)
+
+
+class Final(Engine):
+    """Refuses subclasses, so the SDK cannot give it the manifest's DTYPES and EXTRAS."""
+
+    DEVICES = ("cpu",)
+
+    def __init_subclass__(cls):
+        raise TypeError("final")
+
+
+class DeclaresNothing(Engine):
+    """Leaves DEVICES, DTYPES and EXTRAS to its manifest."""
+
+
+class Shared(Engine):
+    """Serves engines ``small`` and ``big``, whose manifests declare different devices."""
+
+    DTYPES = ("float32",)

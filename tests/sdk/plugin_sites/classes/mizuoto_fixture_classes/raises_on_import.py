@@ -1,0 +1,3 @@
+"""An implementation module that raises when imported."""
+
+raise OSError("missing weights")

@@ -1,0 +1,7 @@
+"""The ``good`` engine class."""
+
+from mizuoto_sdk import Engine
+
+
+class Good(Engine):
+    DEVICES = ("cpu",)

@@ -1,0 +1,1 @@
+"""Plugin modules that fail when imported: each entry point is one way to fail."""

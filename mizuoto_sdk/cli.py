@@ -138,6 +138,7 @@ def _row(record: EngineRecord) -> dict[str, object]:
         "models": [m.id for m in manifest.models] if manifest else [],
         "extras": _extras(record),
         "api_version": manifest.api_version if manifest else None,
+        "uses_torch": manifest.uses_torch if manifest else None,
         "entry_point": record.entry_point,
         "error": record.error,
     }
@@ -244,6 +245,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from mizuoto_runtime.devices.device import torch_build
+    from mizuoto_sdk.host.notorch import TORCH_INSTALL
 
     build = torch_build()
     discovery = Discovery()
@@ -255,23 +257,28 @@ def _doctor(args: argparse.Namespace) -> int:
             raise EngineError(
                 f"no engine {args.engine!r}; known engines: {known}", code="engine_not_found"
             )
-    engines = [_diagnose(discovery, r) for r in records]
+    engines = [_diagnose(discovery, r, bool(build["installed"])) for r in records]
     if args.json:
         print(json.dumps({"torch": build, "engines": engines}, indent=2))
     else:
         if not build["installed"]:
-            print("torch: not installed (pip install torch)")
+            print(f"torch: not installed; engines that use torch need it: {TORCH_INSTALL}")
         else:
             print(f"torch: {build['version']}, built for {build['build']}")
         accelerators = ", ".join(build["accelerators"]) or "none"
         print(f"machine accelerators: {accelerators}")
         if build["install"]:
-            print(f"  the installed torch does not match this machine: {build['install']}")
+            if build["installed"]:
+                print(f"  the installed torch does not match this machine: {build['install']}")
+            else:
+                print(f"  the torch build for this machine: {build['install']}")
         for engine in engines:
             if engine["available"]:
                 state = "available"
             elif engine["status"] != "ok":
                 state = f"{engine['status']}: {str(engine['error']).splitlines()[0]}"
+            elif not engine["missing_extras"]:  # what else it lacks: torch
+                state = f"needs torch: {TORCH_INSTALL}"
             else:
                 state = f"lacks extras: pip install {' '.join(engine['missing_extras'])}"
             print(f"engine {engine['id']}: {state}")
@@ -280,7 +287,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if all(e["status"] == "ok" for e in engines) else 1
 
 
-def _diagnose(discovery: Discovery, record: EngineRecord) -> dict[str, object]:
+def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> dict[str, object]:
     """One engine's doctor entry, after importing its implementation as ``synth`` would.
 
     A misspelt class, an import that fails or exits, or a class that disagrees with its manifest
@@ -288,7 +295,8 @@ def _diagnose(discovery: Discovery, record: EngineRecord) -> dict[str, object]:
 
     Importing it must not import torch (listing and doctor stay fast and torch-free); when it
     does, that is a warning. Once torch is in this process, later engines cannot be judged on
-    this point: ``mizuoto doctor ENGINE`` checks one engine in a fresh process.
+    this point: ``mizuoto doctor ENGINE`` checks one engine in a fresh process. An engine that
+    uses torch is unavailable where torch is not installed (``torch`` False).
     """
     status, error, warnings = record.status, record.error, []
     if record.ok:
@@ -305,10 +313,11 @@ def _diagnose(discovery: Discovery, record: EngineRecord) -> dict[str, object]:
                     "slow; import torch inside load() instead"
                 )
     missing = [e["requirement"] for e in _extras(record) if not e["installed"]]
+    uses_torch = record.manifest.uses_torch if record.manifest else None
     return {
         "id": record.id,
         "status": status,
-        "available": status == "ok" and not missing,
+        "available": status == "ok" and not missing and (torch or uses_torch is False),
         "missing_extras": missing,
         "error": error,
         "warnings": warnings,

@@ -188,8 +188,10 @@ def test_the_pyproject_declares_the_entry_point_dependencies_and_test_extra(proj
         project.slug: f"{package}.plugin"
     }
     assert meta["optional-dependencies"] == {"test": ["pytest>=8", "mizuoto-contract>=0.1,<0.2"]}
-    extra = "torch>=2.4" if project.uses_torch else "numpy>=1.24"
-    assert meta["dependencies"] == ["mizuoto-sdk>=0.1,<0.2", extra]
+    if project.uses_torch:
+        assert meta["dependencies"] == ["mizuoto-sdk[torch]>=0.1,<0.2"]
+    else:
+        assert meta["dependencies"] == ["mizuoto-sdk>=0.1,<0.2", "numpy>=1.24"]
     assert config["tool"]["setuptools"]["package-data"] == {package: ["py.typed"]}
     if not project.uses_torch:
         assert meta["description"] == LONG_DESCRIPTION

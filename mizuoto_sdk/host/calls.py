@@ -1,7 +1,8 @@
 """One engine call as the host runs it: context, watcher, inference mode, errors, write-back.
 
 A call runs on the caller's thread. Each step of the engine (the call itself, or one ``next()`` of
-its generator) runs inside ``torch.inference_mode()`` with the request context bound; between
+its generator) runs inside ``torch.inference_mode()`` with the request context bound (an engine
+that declares ``uses_torch=False``: with the context bound only, torch never imported); between
 steps the caller's code runs in neither. A watcher thread forwards the caller's cancel event to the
 context every 20 ms and cancels the call when its timeout passes.
 """
@@ -73,7 +74,10 @@ class Call:
         self.handle = handle
         self.request = request
         self.capability = capability
-        self._manager = handle.engine.service.runtime.manager
+        # An engine that declares uses_torch=False runs without the runtime: no torch, no manager.
+        uses_torch = handle.engine.manifest.uses_torch
+        self._runtime = handle.engine.service.runtime if uses_torch else None
+        self._manager = self._runtime.manager if self._runtime is not None else None
         self.ctx = RequestContext(
             seed=request.params.get("seed"),
             params=request.params,
@@ -94,7 +98,8 @@ class Call:
         self.loaded = self.handle.begin_call()
         # Between its steps (a stream paused between chunks) the model stays in use.
         self._held = contextlib.ExitStack()
-        self._held.enter_context(self._manager.hold(*self.handle.handles))
+        if self._manager is not None:
+            self._held.enter_context(self._manager.hold(*self.handle.handles))
         self._watcher = threading.Thread(
             target=self._watch, name=f"mizuoto-watch-{self.handle.name}", daemon=True
         )
@@ -125,16 +130,10 @@ class Call:
 
         The model's handles are held (never evicted) and placed on the device for the step, so an
         engine that declares handles but never calls ``ctx.use`` still finds its weights there.
+        An engine that declares ``uses_torch=False`` runs with the context bound and nothing else.
         """
-        runtime = self.handle.engine.service.runtime
         try:
-            with (
-                runtime.inference_mode(),
-                self.ctx.bind(),
-                self._manager.use(
-                    *self.handle.handles, phase=self.capability, release_on_oom=False
-                ),
-            ):
+            with self._scope():
                 return function(*args)
         except KeyboardInterrupt:
             raise
@@ -143,6 +142,21 @@ class Call:
             if mapped is error:
                 raise
             raise mapped from error
+
+    @contextlib.contextmanager
+    def _scope(self) -> Iterator[None]:
+        if self._runtime is None:
+            with self.ctx.bind():
+                yield
+            return
+        with (
+            self._runtime.inference_mode(),
+            self.ctx.bind(),
+            self._runtime.manager.use(
+                *self.handle.handles, phase=self.capability, release_on_oom=False
+            ),
+        ):
+            yield
 
     def check_cancel(self) -> None:
         """The host's own check between steps, for engines that never reach theirs.

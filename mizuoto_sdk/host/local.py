@@ -24,6 +24,7 @@ from mizuoto_sdk.errors import (
     Unsupported,
 )
 from mizuoto_sdk.host.calls import Call, map_error
+from mizuoto_sdk.host.notorch import NoRuntime, declared_dtype
 from mizuoto_sdk.host.paths import staged_folder
 from mizuoto_sdk.host.request import EngineRequest
 from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
@@ -254,17 +255,7 @@ class LocalEngine:
         merged = {**settings.engine(self.engine_id, "options", {}), **(options or {})}
         with self._lock:
             self.start()
-            runtime = self.service.runtime
-            if not runtime.device_available(self.device):
-                raise map_error(
-                    ComputeUnavailable(
-                        f"device {self.device} is not available to this torch build "
-                        f"({runtime.torch_version})",
-                        {"reason": "device_missing"},
-                    ),
-                    self,
-                )
-            choice = self._dtype(runtime, dtype or settings.engine(self.engine_id, "dtype"))
+            choice = self._dtype(dtype or settings.engine(self.engine_id, "dtype"))
             key = (
                 entry.id,
                 variant,
@@ -295,7 +286,7 @@ class LocalEngine:
         with self._lock:
             if handle.loaded is not None:
                 return
-            engine, runtime = self.start(), self.service.runtime
+            engine, runtime = self.start(), self._runtime()
             self.service.make_room()
             ctx = RequestContext(seed=0, settings=self.service.settings.as_dict())
             started = time.perf_counter()
@@ -310,7 +301,8 @@ class LocalEngine:
                     )
                 components = _model_handles(loaded, self, handle.spec)
                 description = dict(loaded.describe())
-                runtime.manager.register(components, owner=handle.owner)
+                if self.manifest.uses_torch:
+                    runtime.manager.register(components, owner=handle.owner)
             except KeyboardInterrupt:
                 raise
             except BaseException as error:  # sys.exit in engine code must not end the host
@@ -353,8 +345,10 @@ class LocalEngine:
                 if target.busy:
                     target.stale = True
                     continue
+                runtime = self.service.started_runtime
                 if self._handles.pop(target.key, None) is not None:
-                    self.service.runtime.manager.forget(target.owner)
+                    if runtime is not None:
+                        runtime.manager.forget(target.owner)
                     loaded, target.loaded, target.model_handles = target.loaded, None, ()
                     target.stale = False
                     if loaded is not None:
@@ -368,8 +362,32 @@ class LocalEngine:
         except EngineError as error:
             raise map_error(error, self) from None
 
-    def _dtype(self, runtime: Runtime, requested: str | None) -> DtypeChoice:
+    def _runtime(self) -> Runtime | NoRuntime:
+        """The process's runtime (created now if needed); a stand-in for a torch-free engine."""
+        if not self.manifest.uses_torch:
+            return NoRuntime(self.engine_id)
         try:
+            runtime = self.service.runtime
+        except EngineError as error:  # torch is not installed
+            raise map_error(error, self) from None
+        if not runtime.device_available(self.device):
+            raise map_error(
+                ComputeUnavailable(
+                    f"device {self.device} is not available to this torch build "
+                    f"({runtime.torch_version})",
+                    {"reason": "device_missing"},
+                ),
+                self,
+            )
+        return runtime
+
+    def _dtype(self, requested: str | None) -> DtypeChoice:
+        try:
+            if not self.manifest.uses_torch:  # no device to ask: the manifest's order decides
+                from mizuoto_runtime.devices.dtypes import DtypeChoice
+
+                return DtypeChoice(declared_dtype(requested, self.manifest.dtypes))
+            runtime = self._runtime()
             return runtime.devices.pick_dtype(self.device, requested, self.manifest.dtypes)
         except EngineError as error:
             raise map_error(error, self) from None
@@ -381,14 +399,23 @@ def _model_handles(
     """``loaded.handles`` as ModelHandles: a plain nn.Module is wrapped in one.
 
     A wrapped module keeps the device its weights are on (its load device), named
-    ``<engine>/<model>:<class name>``; anything else in ``handles`` is an engine bug.
+    ``<engine>/<model>:<class name>``; anything else in ``handles`` is an engine bug, and so is
+    any handle of an engine that declares ``uses_torch=False``.
     """
+    items = tuple(loaded.handles)
+    if not items:
+        return ()
+    if not engine.manifest.uses_torch:
+        raise TypeError(
+            f"{type(loaded).__name__}.handles lists {len(items)} item(s), but engine "
+            f"{engine.engine_id!r} declares uses_torch=False; declare uses_torch=True"
+        )
     from torch import nn
 
     from mizuoto_runtime.memory.handle import ModelHandle
 
     handles: list[ModelHandle] = []
-    for index, item in enumerate(tuple(loaded.handles)):
+    for index, item in enumerate(items):
         if isinstance(item, ModelHandle):
             handles.append(item)
             continue

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.host.local import LocalEngine, LocalHandle
+from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import device_type
 
@@ -20,8 +21,9 @@ _COMPONENT_FIELDS = ("name", *_BYTE_FIELDS, "state")
 class RuntimeService:
     """Creates LocalEngines on demand and keeps the resident models within the settings.
 
-    The process's ``Runtime`` (and with it torch) is created on the first model load, so a service
-    that only lists engines never imports torch.
+    The process's ``Runtime`` (and with it torch) is created on the first model load of an engine
+    that uses torch, so a service that only lists engines, or runs only engines that declare
+    ``uses_torch=False``, never imports torch.
     """
 
     def __init__(
@@ -38,13 +40,28 @@ class RuntimeService:
 
     @property
     def runtime(self):  # -> mizuoto_runtime.runtime.Runtime
-        """The process's runtime, created (importing torch) on first use."""
+        """The process's runtime, created (importing torch) on first use.
+
+        Where torch is not installed this raises ComputeUnavailable (``reason: torch_missing``)
+        with the command that installs it.
+        """
         with self.registry_lock:
             if self._runtime is None:
-                from mizuoto_runtime.runtime import Runtime
+                try:
+                    from mizuoto_runtime.runtime import Runtime
 
-                self._runtime = Runtime(settings=self.settings)
+                    self._runtime = Runtime(settings=self.settings)
+                except ImportError as error:
+                    missing = torch_missing(error)
+                    if missing is None:
+                        raise
+                    raise missing from error
             return self._runtime
+
+    @property
+    def started_runtime(self):  # -> mizuoto_runtime.runtime.Runtime | None
+        """The runtime if an engine that uses torch has created it, else None (never creates it)."""
+        return self._runtime
 
     def engine(self, engine_id: str, device: str | None = None) -> LocalEngine:
         """The LocalEngine for ``engine_id`` on ``device`` (default: its setting, else cpu)."""

@@ -153,7 +153,9 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
     import gc
 
     import numpy  # noqa: F401 - imported before the baseline, so that importing is no change
-    import torch  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # where torch is not installed, torch-free engines
+        import torch  # noqa: F401
 
     import mizuoto_runtime.runtime  # noqa: F401
     from mizuoto_contract.runner import subject_for

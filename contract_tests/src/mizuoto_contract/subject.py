@@ -147,7 +147,12 @@ class Subject:
 
     @contextlib.contextmanager
     def direct(self, ctx: RequestContext) -> Iterator[None]:
-        """Run engine code as the host would: inference mode, context bound."""
+        """Run engine code as the host would: inference mode (for an engine that uses torch),
+        context bound."""
+        if not self.manifest.uses_torch:
+            with ctx.bind():
+                yield
+            return
         import torch
 
         with torch.inference_mode(), ctx.bind():

@@ -206,7 +206,9 @@ def _child(request: dict[str, Any]) -> None:
 
 def _serve() -> None:
     import numpy  # noqa: F401 - the imports a fresh process would repeat, done once
-    import torch  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # where torch is not installed, torch-free engines
+        import torch  # noqa: F401
 
     import mizuoto_contract.isolated
     import mizuoto_contract.runner  # noqa: F401

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 from collections.abc import Iterator
 
 from mizuoto_contract import isolated
@@ -22,22 +23,29 @@ def differ(first: bytes, second: bytes) -> str:
 
 @contextlib.contextmanager
 def _globals_reseeded() -> Iterator[None]:
-    """The global torch/numpy/random generators reseeded and drawn from; restored afterwards."""
-    import numpy as np
-    import torch
+    """The global torch/numpy/random generators reseeded and drawn from; restored afterwards.
 
-    saved = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    torch's only once imported: an engine that never imports torch cannot read its generator.
+    """
+    import numpy as np
+
+    torch = sys.modules.get("torch")
+    saved = np.random.get_state(), random.getstate()
+    torch_state = torch.get_rng_state() if torch is not None else None
     try:
         # allowed: the check perturbs the global RNGs on purpose and restores them below
-        torch.manual_seed(987654321)  # allowed: restored in finally
+        if torch is not None:
+            torch.manual_seed(987654321)  # allowed: restored in finally
+            torch.rand(7)
         np.random.seed(98765)  # allowed: restored in finally
         random.seed(98765)  # allowed: restored in finally
-        torch.rand(7), np.random.rand(7), random.random()
+        np.random.rand(7), random.random()
         yield
     finally:
-        torch.set_rng_state(saved[0])
-        np.random.set_state(saved[1])
-        random.setstate(saved[2])
+        if torch is not None:
+            torch.set_rng_state(torch_state)
+        np.random.set_state(saved[0])
+        random.setstate(saved[1])
 
 
 def fresh_loads(subject: Subject) -> None:

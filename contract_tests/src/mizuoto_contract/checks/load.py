@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 
 from mizuoto_contract.checks.state import load_leaves_state
@@ -33,8 +34,11 @@ def loads_on_device(subject: Subject) -> None:
 
 
 def _modules(value: object, depth: int = 0) -> Iterator[object]:
-    import torch
-
+    """The torch modules in ``value``; none where torch was never imported (a torch-free engine
+    holds none, which this observes rather than assumes)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
     if isinstance(value, torch.nn.Module):
         yield value
     elif depth < 2 and isinstance(value, (list, tuple)):
@@ -61,6 +65,11 @@ def handles_declared(subject: Subject) -> None:
     held = {id(m): name for name, value in vars(loaded).items() for m in _modules(value)}
     hidden = [name for key, name in held.items() if not any(id(c) == key for c in covered)]
     handle.engine.unload()
+    if hidden and not subject.manifest.uses_torch:
+        raise Fail(
+            "no torch module held by an engine that declares uses_torch=False",
+            f"holds {', '.join(sorted(hidden))}; declare uses_torch=True and list them in handles",
+        )
     if hidden:
         raise Fail(
             "every torch module the engine holds listed in LoadedEngine.handles",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -21,13 +22,15 @@ def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
     """The loaded engine, and every nn.Module and tensor reachable from it, with their paths.
 
     Follows attributes, containers, ModelHandles and modules' own attributes; stops at classes,
-    functions and modules, and at the SDK's, runtime's and libraries' own objects.
+    functions and modules, and at the SDK's, runtime's and libraries' own objects. Where torch
+    was never imported there are no modules or tensors: the loaded engine is all there is.
     """
-    import torch
-
+    yield "loaded", loaded
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
     from mizuoto_runtime.memory.handle import ModelHandle
 
-    yield "loaded", loaded
     seen: set[int] = set()
     stack: list[tuple[str, object, int]] = [("loaded", loaded, 0)]
     while stack:
@@ -142,7 +145,9 @@ def no_temp_files(subject: Subject) -> None:
 
 
 def _tracked_bytes(service: object) -> int:
-    rows = service.runtime.manager.loaded()  # type: ignore[attr-defined]
+    """What the memory manager tracks; 0 while no engine that uses torch has started it."""
+    runtime = service.started_runtime  # type: ignore[attr-defined]
+    rows = runtime.manager.loaded() if runtime is not None else []
     return sum(
         int(r["resident_bytes"]) + int(r["streamed_bytes"]) + int(r["host_bytes"]) for r in rows
     )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import sys
 import threading
 import time
+from typing import Any
 
 from mizuoto_contract.checks.state import STREAM_OUTPUT
 from mizuoto_contract.interrupt import STOP_BOUND_SECONDS, interrupt_engine, interrupt_host
@@ -31,28 +34,35 @@ def returns_generator(subject: Subject) -> None:
     returned.close()
 
 
-def lazy(subject: Subject) -> None:
+def _torch_counter() -> Any:
+    """A mode counting torch calls; None where torch was never imported (only time counts)."""
+    if "torch" not in sys.modules:
+        return None
     from torch.overrides import TorchFunctionMode
 
     class Count(TorchFunctionMode):
         calls = 0
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            Count.calls += 1
+            self.calls += 1
             return func(*args, **(kwargs or {}))
 
+    return Count()
+
+
+def lazy(subject: Subject) -> None:
     handle = subject.load()
+    counter = _torch_counter()
     started = time.perf_counter()
-    with Count():
+    with counter if counter is not None else contextlib.nullcontext():
         returned = subject.engine_stream(handle, RequestContext(seed=SEED))
     elapsed = time.perf_counter() - started
     if hasattr(returned, "close"):
         returned.close()
-    if Count.calls or elapsed > LAZY_BOUND_SECONDS:
-        raise Fail(
-            "no work before the first next()",
-            f"{Count.calls} torch calls and {elapsed * 1000:.0f} ms before it",
-        )
+    calls = counter.calls if counter is not None else 0
+    if calls or elapsed > LAZY_BOUND_SECONDS:
+        counted = f"{calls} torch calls and " if counter is not None else ""
+        raise Fail("no work before the first next()", f"{counted}{elapsed * 1000:.0f} ms before it")
 
 
 def chunks_valid(subject: Subject) -> None:

@@ -37,6 +37,7 @@ def mizuoto_engines() -> list[EngineManifest]:
 {%- else %}
             devices=["cpu"],
             dtypes=["float32"],
+            uses_torch=False,  # numpy only: it runs where torch is not installed
 {%- endif %}
             stochastic=True,  # the seed changes the audio (determinism.seed_matters checks it)
 {%- set description = literal(cookiecutter.description) %}

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mizuoto_runtime import accel, lm, ops
     from mizuoto_runtime.accel import Site, attention
     from mizuoto_runtime.accel.compile import Compiled, compile_module
-    from mizuoto_runtime.accel.graphs import DecoderSteps, Graphs, LayerSteps
+    from mizuoto_runtime.accel.graphs import Graphs
     from mizuoto_runtime.audio import resample
     from mizuoto_runtime.context import RequestContext, current_context
     from mizuoto_runtime.convert.onnx import load_onnx
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         mask_for,
     )
     from mizuoto_runtime.lm.memory import peak_bytes
+    from mizuoto_runtime.lm.steps import DecoderSteps, LayerSteps
     from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.ops import init_random
     from mizuoto_runtime.process import open_process, run_process
@@ -106,8 +107,8 @@ _WHERE = {
     "generate": "mizuoto_runtime.lm",
     "peak_bytes": "mizuoto_runtime.lm.memory",
     "Graphs": "mizuoto_runtime.accel.graphs",
-    "DecoderSteps": "mizuoto_runtime.accel.graphs",
-    "LayerSteps": "mizuoto_runtime.accel.graphs",
+    "DecoderSteps": "mizuoto_runtime.lm.steps",
+    "LayerSteps": "mizuoto_runtime.lm.steps",
     "compile_module": "mizuoto_runtime.accel.compile",
     "Compiled": "mizuoto_runtime.accel.compile",
     "load_onnx": "mizuoto_runtime.convert.onnx",

@@ -21,8 +21,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from mizuoto_runtime.process import open_process, run_process
 from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mizuoto_runtime.memory.handle import ModelHandle
-    from mizuoto_runtime.memory.manager import ModelManager
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +45,32 @@ _SEED_LIMIT = 2**63
 _current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
     "mizuoto_request_context", default=None
 )
+
+
+class Residency(Protocol):
+    """What a context asks of the memory manager (``ModelManager`` is one); the handles are
+    ``ModelHandle``s, typed loosely here because the manager sits in a layer above this one."""
+
+    def use(
+        self,
+        *handles: Any,
+        phase: str,
+        working_bytes: int | None,
+        shape: Sequence[int] | None,
+    ) -> contextlib.AbstractContextManager[object]: ...
+
+    def run_phase(
+        self,
+        context: RequestContext | None,
+        phase: str,
+        fn: Callable[..., T],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        handles: Sequence[Any],
+        working_bytes: int | None,
+        shape: Sequence[int] | None,
+    ) -> T: ...
 
 
 def current_context() -> RequestContext | None:
@@ -80,7 +105,7 @@ class RequestContext:
         settings: Mapping[str, object] | None = None,
         progress: ProgressCallback | None = None,
         text_input: queue.Queue[str | None] | None = None,
-        manager: ModelManager | None = None,
+        manager: Residency | None = None,
     ) -> None:
         chosen = check_seed(seed)
         self.seed: int = secrets.randbits(63) if chosen is None else chosen
@@ -172,8 +197,6 @@ class RequestContext:
 
         See ``mizuoto_runtime.process.open_process``.
         """
-        from mizuoto_runtime.process import open_process
-
         return open_process(self, args, **popen)
 
     def run_process(
@@ -183,8 +206,6 @@ class RequestContext:
 
         See ``mizuoto_runtime.process.run_process``.
         """
-        from mizuoto_runtime.process import run_process
-
         return run_process(self, args, **options)
 
     @property
@@ -233,7 +254,7 @@ class RequestContext:
     @contextlib.contextmanager
     def use(
         self,
-        *handles: ModelHandle,
+        *handles: Any,
         phase: str = "default",
         working_bytes: int | None = None,
         shape: Sequence[int] | None = None,
@@ -253,7 +274,7 @@ class RequestContext:
         phase: str,
         fn: Callable[..., T],
         *args: Any,
-        handles: Sequence[ModelHandle] = (),
+        handles: Sequence[Any] = (),
         working_bytes: int | None = None,
         shape: Sequence[int] | None = None,
         **kwargs: Any,

@@ -15,11 +15,22 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from mizuoto_runtime.context import RequestContext
+
+class Cancellable(Protocol):
+    """What a child process needs of the call (``RequestContext`` is one)."""
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def check_cancel(self) -> None: ...
+
+    def on_cancel(
+        self, callback: Callable[[], None]
+    ) -> contextlib.AbstractContextManager[object]: ...
+
 
 _OWNED = ("start_new_session", "process_group", "preexec_fn")
 
@@ -46,7 +57,7 @@ class _Group:
 
 @contextlib.contextmanager
 def open_process(
-    ctx: RequestContext, args: Sequence[str | os.PathLike[str]], **popen: Any
+    ctx: Cancellable, args: Sequence[str | os.PathLike[str]], **popen: Any
 ) -> Iterator[subprocess.Popen[Any]]:
     """Start ``args`` (``subprocess.Popen(args, **popen)``) for the ``with`` block.
 
@@ -80,7 +91,7 @@ def open_process(
 
 
 def run_process(
-    ctx: RequestContext,
+    ctx: Cancellable,
     args: Sequence[str | os.PathLike[str]],
     *,
     input: bytes | str | None = None,

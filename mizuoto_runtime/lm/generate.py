@@ -17,6 +17,7 @@ from mizuoto_runtime.accel.compile import Compiled
 from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
 from mizuoto_runtime.lm.decoder import QwenDecoder
+from mizuoto_runtime.lm.steps import DecoderSteps
 from mizuoto_runtime.sampling import SamplingParams, hf_sample, leading_padding
 
 __all__ = ["Generation", "generate"]
@@ -65,7 +66,6 @@ def _decode_steps(
     """The captured decode step when the request asks for CUDA graphs and they can run."""
     if ctx is None or not ctx.settings.get(GRAPHS, False):
         return None
-    from mizuoto_runtime.accel.graphs import DecoderSteps  # graphs builds on this package
 
     module = decoder.module if isinstance(decoder, Compiled) else decoder
     if getattr(module, "unit_gate", None) is not None:

@@ -43,6 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.memory.handle import ModelHandle, indexed_device
 from mizuoto_runtime.memory.occupancy import Entry, Lease, MemoryWaits
 from mizuoto_runtime.memory.placement import Placer
@@ -58,7 +59,6 @@ from mizuoto_runtime.memory.stream import Streamer
 from mizuoto_sdk.errors import ComputeUnavailable
 
 if TYPE_CHECKING:
-    from mizuoto_runtime.context import RequestContext
     from mizuoto_runtime.devices.device import DeviceService
 
 __all__ = ["ModelManager"]
@@ -265,8 +265,6 @@ class ModelManager:
         **kwargs: Any,
     ) -> T:
         """``fn(*args, **kwargs)`` with ``handles`` placed; re-run exactly after out of memory."""
-        from mizuoto_runtime.context import current_context
-
         return self.run_phase(
             current_context(), phase, fn, args, kwargs, handles=handles, working_bytes=working_bytes
         )
@@ -373,8 +371,6 @@ class ModelManager:
         self, lease: Lease, device: str, context: RequestContext | None, mark: dict[str, int]
     ) -> bool:
         """Whether memory on ``device`` may have been freed since ``mark`` (``MemoryWaits``)."""
-        from mizuoto_runtime.context import current_context
-
         with self._lock:
             waits, entries = self._waits, self._entries.values()
             changed = waits.changed(device, mark)

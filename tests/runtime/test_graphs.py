@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mizuoto_runtime.accel.graphs import Graphs
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.accel.graphs import DecoderSteps, Graphs, LayerSteps, graph_safe
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder, generate, mask_for
 from mizuoto_runtime.lm.decoder import layer_forward
 from mizuoto_runtime.lm.rope import Rotary
+from mizuoto_runtime.lm.steps import DecoderSteps, LayerSteps, graph_safe
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.sampling import SamplingParams
 

@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from mizuoto_runtime import ops
-from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder
-from mizuoto_runtime.ops import init_random
+from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.memory.units import discover_units
+from mizuoto_runtime.ops import init_random
 
 
 def decoder(layers: int = 3, tied: bool = False) -> QwenDecoder:

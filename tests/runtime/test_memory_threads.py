@@ -23,11 +23,11 @@ from small_models import Stack
 
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.devices.device import DeviceService
-from mizuoto_runtime.memory.handle import STREAMED, ModelHandle
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder
+from mizuoto_runtime.memory.handle import STREAMED, ModelHandle
+from mizuoto_runtime.memory.stream import Streamer, stage_bytes
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
-from mizuoto_runtime.memory.stream import Streamer, stage_bytes
 from mizuoto_sdk.errors import CancelledError
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from mizuoto_runtime.weights.checkpoint import CheckpointError, load_state_dict
 from mizuoto_runtime.convert.onnx import OnnxFormatError, load_onnx
 from mizuoto_runtime.lm import BufferCache, CacheFull, QwenConfig
 from mizuoto_runtime.lm.config import UnsupportedModel
+from mizuoto_runtime.weights.checkpoint import CheckpointError, load_state_dict
 from mizuoto_runtime.weights.loading import LoadError, load_into
 from mizuoto_sdk.errors import (
     ComputeUnavailable,

@@ -1,0 +1,155 @@
+"""A Qwen decoder's decode step captured as CUDA graphs (``accel.graphs.Graphs``).
+
+``DecoderSteps`` captures the whole step, sampling included when the sampling params allow it;
+``LayerSteps`` captures each layer on its own, for engines that run something between layers.
+Off CUDA both run the same step eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from mizuoto_runtime.accel.graphs import GRAPHS, Graphs
+from mizuoto_runtime.lm.cache import BufferCache
+from mizuoto_runtime.lm.decoder import QwenDecoder, layer_forward
+from mizuoto_runtime.lm.rope import Rotary
+from mizuoto_runtime.sampling import SamplingParams, hf_sample
+
+__all__ = ["DecoderSteps", "LayerSteps", "graph_safe"]
+
+
+def graph_safe(params: SamplingParams) -> bool:
+    """Whether sampling with ``params`` has fixed shapes and no host data, so it can be captured.
+
+    Repetition penalty, bad words, suppressed tokens and min_new_tokens read the growing token
+    history or build index tensors on the host; with them, only the forward is captured and
+    sampling runs eagerly after each replay.
+    """
+    return (
+        params.repetition_penalty == 1.0
+        and not params.bad_words_ids
+        and not params.suppress_tokens
+        and not (params.min_new_tokens and params.eos_token_id)
+    )
+
+
+class DecoderSteps:
+    """A QwenDecoder's decode step over a BufferCache as one CUDA graph per batch size.
+
+    ``steps(tokens [B, 1], positions [B, 1], padding [B, max_length] or None)`` returns the step's
+    float32 logits [B, V] and, when ``params`` are graph-safe, the sampled tokens [B] (drawn in the
+    graph from ``generator``); else None, and the caller samples. The cache advances one token per
+    call. ``padding`` is the 2D attention mask padded with zeros to the cache length, updated in
+    place by the caller.
+    """
+
+    def __init__(
+        self,
+        decoder: QwenDecoder,
+        cache: BufferCache,
+        *,
+        params: SamplingParams | None = None,
+        generator: torch.Generator | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.cache = cache
+        weights = decoder.weights()
+        sample = params is not None and graph_safe(params)
+        if sample and params.do_sample and generator is None:
+            raise ValueError("DecoderSteps: sampling in the graph needs the request's generator")
+
+        def step(tokens: Tensor, positions: Tensor, padding: Tensor | None = None):
+            logits = decoder(
+                tokens,
+                cache,
+                positions=positions,
+                padding_mask=padding,
+                logits_to_keep=1,
+                weights=weights,
+                advance=False,
+            )
+            scores = logits[:, -1].to(copy=True, dtype=torch.float32)  # [B, V]
+            if not sample:
+                return scores
+            return scores, hf_sample(scores, tokens, 1, params, generator)
+
+        if decoder.config.rope.rope_type == "dynamic":
+            enabled = False  # its frequencies are decided on the host each step
+        self.samples = sample
+        self.graphs = Graphs(
+            step,
+            name="lm.decode",
+            device=decoder.device,
+            enabled=enabled,
+            generator=generator if sample else None,
+        )
+        if decoder.config.rope.rope_type == "dynamic" and self.graphs.reason == f"{GRAPHS} is off":
+            self.graphs.reason = "dynamic NTK RoPE decides its frequencies on the host each step"
+        if self.graphs.active and getattr(decoder, "unit_gate", None) is not None:
+            self.graphs.reason = "some layers stream from host memory; ran eagerly"
+        self._tensors = [t for t in _leaves(weights) if t is not None]
+        self._addresses = self._where()
+
+    def _where(self) -> tuple[int, ...]:
+        return tuple(t.data_ptr() for t in self._tensors)
+
+    def __call__(
+        self, tokens: Tensor, positions: Tensor, padding: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        if self.graphs.active and self._where() != self._addresses:
+            # A graph reads the addresses it saw at capture; the memory manager moved the
+            # weights since (offloaded or streamed them), so replaying would read stale memory.
+            self.graphs.reason = "the weights moved since the graph was captured; ran eagerly"
+        self.cache.begin(1)
+        inputs = (tokens, positions) if padding is None else (tokens, positions, padding)
+        out = self.graphs(*inputs)
+        self.cache.advance(1)
+        if self.samples:
+            return out
+        return out, None
+
+
+def _leaves(value: object) -> list[Tensor | None]:
+    """The tensors of a (nested) weights tuple, in order."""
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]  # type: ignore[list-item]
+
+
+class LayerSteps:
+    """Each decoder layer's decode step as its own CUDA graph, replayed in order.
+
+    For engines that run something between layers that a graph cannot hold (layers streamed from
+    host memory, host-side control): ``steps(x [B, 1, hidden], rotary, mask)`` runs every layer
+    on the BufferCache and returns the hidden state; the caller advances the cache.
+    """
+
+    def __init__(self, decoder: QwenDecoder, cache: BufferCache, *, enabled: bool = True) -> None:
+        weights, config = decoder.weights(), decoder.config
+        pool = torch.cuda.graph_pool_handle() if enabled and decoder.device.type == "cuda" else None
+
+        def layer_step(index: int) -> Callable[..., Tensor]:
+            def run(x: Tensor, cos: Tensor, signed_sin: Tensor, mask: Tensor) -> Tensor:
+                rotary = Rotary(cos, signed_sin)
+                return layer_forward(weights.layers[index], x, rotary, mask, cache, index, config)
+
+            return run
+
+        self.layers = [
+            Graphs(
+                layer_step(i),
+                name=f"lm.layer.{i}",
+                device=decoder.device,
+                enabled=enabled,
+                pool=pool,
+            )
+            for i in range(config.num_hidden_layers)
+        ]
+
+    def __call__(self, x: Tensor, rotary: Rotary, mask: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, rotary.cos, rotary.signed_sin, mask)
+        return x

@@ -30,6 +30,7 @@ from mizuoto_sdk.errors import (
 )
 from mizuoto_sdk.hooks import hookimpl
 from mizuoto_sdk.manifest import API_VERSION, EngineManifest, ModelEntry
+from mizuoto_sdk.params import Param
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ __all__ = [
     "ModelEntry",
     "ModelHandle",
     "OperationTimeoutError",
+    "Param",
     "RequestContext",
     "Runtime",
     "Unsupported",

@@ -137,6 +137,7 @@ def _row(record: EngineRecord) -> dict[str, object]:
         "capabilities": list(manifest.capabilities) if manifest else [],
         "models": [m.id for m in manifest.models] if manifest else [],
         "extras": _extras(record),
+        "params": [param.describe() for param in manifest.params] if manifest else [],
         "api_version": manifest.api_version if manifest else None,
         "uses_torch": manifest.uses_torch if manifest else None,
         "entry_point": record.entry_point,

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import attrs
 
 from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_sdk.params import Param, check_declaration, check_params
 
 API_VERSION = "1.0"
 """The engine API this SDK speaks: a manifest with another major version is incompatible."""
@@ -172,6 +173,8 @@ class EngineManifest:
     one that exercises what your engine streams by, e.g. several sentences for a sentence-chunker.
     ``uses_torch=False`` says the engine never imports torch (it wraps a program or uses numpy):
     the host then loads and calls it without the runtime, also where torch is not installed.
+    ``params`` declares the request params the engine reads (see ``Param``); the host checks
+    each request against them. A manifest that declares none gets its requests' params as given.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -191,8 +194,8 @@ class EngineManifest:
     expected_failures: Mapping[str, str] = attrs.field(factory=dict, converter=_reasons, hash=False)
     description: str = ""
     sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
-    sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
     uses_torch: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    params: tuple[Param, ...] = attrs.field(default=(), converter=check_declaration)
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""
@@ -206,3 +209,15 @@ class EngineManifest:
             f"engine {self.id!r} has no model {model_id!r}; known models: {known}",
             {"field": "model", "known": [m.id for m in self.models]},
         )
+
+    def check_params(self, params: Mapping[str, object]) -> Mapping[str, object]:
+        """A request's params as the engine gets them: checked against ``params``, every
+        declared one present (its default when not given), ``seed`` kept when given.
+
+        An unknown name, or a value of the wrong type or outside its range, is an InvalidRequest
+        naming ``params.<name>``. A manifest that declares no params (one written before they
+        could be declared) gets ``params`` back as given, unchecked.
+        """
+        if not self.params:
+            return params
+        return check_params(self.params, params, self.id)

@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mizuoto_runtime.context import RequestContext
@@ -70,7 +70,14 @@ def map_error(
 class Call:
     """The lifetime of one call on a handle; use as a context manager around all of its steps."""
 
-    def __init__(self, handle: LocalHandle, request: EngineRequest, capability: str) -> None:
+    def __init__(
+        self,
+        handle: LocalHandle,
+        request: EngineRequest,
+        capability: str,
+        params: Mapping[str, object] | None = None,
+    ) -> None:
+        """``params`` are the request's as the manifest checked them (None: as given)."""
         self.handle = handle
         self.request = request
         self.capability = capability
@@ -78,9 +85,10 @@ class Call:
         uses_torch = handle.engine.manifest.uses_torch
         self._runtime = handle.engine.service.runtime if uses_torch else None
         self._manager = self._runtime.manager if self._runtime is not None else None
+        params = request.params if params is None else params
         self.ctx = RequestContext(
-            seed=request.params.get("seed"),
-            params=request.params,
+            seed=params.get("seed"),
+            params=params,
             settings=handle.engine.service.settings.as_dict(),
             progress=request.progress,
             text_input=request.text_input,

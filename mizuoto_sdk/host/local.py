@@ -141,10 +141,15 @@ class LocalHandle:
                 ),
                 self.engine,
             )
+        request = request if request is not None else EngineRequest()
+        try:  # before any model loads: a bad param is the caller's mistake, named as such
+            params = manifest.check_params(request.params)
+        except EngineError as error:
+            raise map_error(error, self.engine) from None
         if self.loaded is None:  # unloaded while idle: load it again (calls do as they begin)
             self.engine.reload(self)
         try:
-            return Call(self, request if request is not None else EngineRequest(), capability)
+            return Call(self, request, capability, params)
         except EngineError as error:
             raise map_error(error, self.engine) from None
 

@@ -167,7 +167,12 @@ class Subject:
         """What the engine's own method returns (no host in between)."""
         method = getattr(handle.loaded, self.capability or "synthesize")
         with self.direct(ctx):
-            return method(*self.arguments(), dict(params or {}), ctx)
+            return method(*self.arguments(), self.params(params), ctx)
+
+    def params(self, params: Mapping[str, object] | None = None) -> dict[str, object]:
+        """``params`` as the host hands them to the engine: checked against the manifest's
+        declared params, defaults filled in."""
+        return dict(self.manifest.check_params(dict(params or {})))
 
     def sources(self) -> list[Path]:
         """The folders (or files) of the engine's top-level packages: its implementation and its

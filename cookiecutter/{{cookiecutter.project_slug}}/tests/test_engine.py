@@ -58,6 +58,13 @@ def test_a_bad_speed_is_an_invalid_request_naming_the_field(handle, speed):
     with pytest.raises(InvalidRequest) as raised:
         speak(handle, "hello", speed=speed)
     assert raised.value.detail["field"] == "params.speed"
+
+
+def test_an_unknown_param_is_refused_with_the_known_ones_listed(handle):
+    with pytest.raises(InvalidRequest) as raised:
+        speak(handle, "hello", sped=2)
+    assert raised.value.detail["field"] == "params.sped"
+    assert "speed" in raised.value.detail["known"]
 {%- if convert %}
 
 

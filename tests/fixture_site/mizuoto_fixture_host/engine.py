@@ -67,7 +67,9 @@ class Loaded(LoadedEngine):
                     raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
                 if mode == "invalid":
                     raise InvalidRequest("params.mode: bad", {"field": "params.mode"})
-                if mode == "bad_chunk":
+                if mode == "echo_params":  # what the engine was handed
+                    yield AudioChunk(np.zeros(4, np.float32), 16000, {"params": dict(params)})
+                elif mode == "bad_chunk":
                     yield [0.0, 0.1]
                 elif mode == "rate_change":
                     yield AudioChunk(np.zeros(10, np.float32), 16000 + index)

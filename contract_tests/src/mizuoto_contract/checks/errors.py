@@ -26,7 +26,7 @@ def not_mutated(subject: Subject) -> None:
 
     handle = subject.load()
     # Only params the engine can expect (no invented keys: an engine may rightly refuse those).
-    params = {"seed": SEED}
+    params = subject.params({"seed": SEED})
     expected = copy.deepcopy(params)
     audio = sample_audio()
     audio.samples.setflags(write=False)  # read-only input must be accepted, too
@@ -68,7 +68,7 @@ def _raises_code(
 def unsupported(subject: Subject) -> None:
     handle = subject.load()
     loaded, ctx = handle.loaded, RequestContext(seed=SEED)
-    audio, params = sample_audio(), {"seed": SEED}
+    audio, params = sample_audio(), subject.params({"seed": SEED})
     calls = {
         "synthesize": lambda: loaded.synthesize("hello", params, ctx),
         "convert": lambda: loaded.convert(audio, params, ctx),
@@ -96,7 +96,7 @@ def invalid_input(subject: Subject) -> None:
     import numpy as np
 
     handle = subject.load()
-    loaded, ctx, params = handle.loaded, RequestContext(seed=SEED), {"seed": SEED}
+    loaded, ctx, params = handle.loaded, RequestContext(seed=SEED), subject.params({"seed": SEED})
     empty = AudioChunk(np.zeros(0, np.float32), 16_000)
     cases = {
         "synthesize": ("synthesize('')", lambda: loaded.synthesize("", params, ctx)),

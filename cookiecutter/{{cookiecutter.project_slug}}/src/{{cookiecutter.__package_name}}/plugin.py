@@ -13,7 +13,7 @@ it stays this small: the manifest names the implementation as a string, imported
 engine is used.
 """
 
-from mizuoto_sdk import EngineManifest, ModelEntry, hookimpl
+from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl
 
 
 @hookimpl
@@ -40,6 +40,22 @@ def mizuoto_engines() -> list[EngineManifest]:
             uses_torch=False,  # numpy only: it runs where torch is not installed
 {%- endif %}
             stochastic=True,  # the seed changes the audio (determinism.seed_matters checks it)
+            # Every request param the engine reads, declared once: the host checks each request
+            # against these before the engine runs (an InvalidRequest naming params.<name>) and
+            # hands the engine the checked values, defaults filled in. seed is the host's own.
+            params=[
+                Param("speed", "float", 1.0, minimum=0.25, maximum=4, help="speaking rate"),
+{%- if cookiecutter.capabilities == "synthesize+convert" %}
+                Param(
+                    "drive",
+                    "float",
+                    1.0,
+                    minimum=0.1,
+                    maximum=10,
+                    help="convert: gain before the soft clipping",
+                ),
+{%- endif %}
+            ],
 {%- set description = literal(cookiecutter.description) %}
 {%- if description | length <= 75 %}
             description={{ description }},

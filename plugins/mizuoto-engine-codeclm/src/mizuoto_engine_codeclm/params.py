@@ -1,106 +1,96 @@
-"""The synthesize params this engine reads, checked in one place before any work is done.
+"""The synthesize params this engine reads: declared once, here, for the manifest (plugin.py).
 
-Each bad value is an InvalidRequest naming ``params.<name>``, with the range it must be in. Keys
-this engine does not read are left alone: the host and its clients put their own there (``seed``
-is the host's). ``voice`` is only type-checked here; voice.py resolves the path.
+The host checks each request against ``PARAMS`` before the engine runs, so every bad value is an
+InvalidRequest naming ``params.<name>``, and hands on the checked values. ``voice`` is only typed
+here; voice.py resolves the path. Torch-free: plugin.py imports this module to list the engine.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import attrs
 
-from mizuoto_sdk import InvalidRequest
+from mizuoto_sdk import InvalidRequest, Param
 
 MAX_CHUNK_FRAMES = 4096
 
-
-def _invalid(field: str, expected: str, value: object) -> InvalidRequest:
-    return InvalidRequest(f"{field}: expected {expected}, got {value!r}", {"field": field})
-
-
-def _real(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _invalid(field, "a number", value)
-    return float(value)
-
-
-def _positive(field: str, value: object) -> float:
-    number = _real(field, value)
-    if not math.isfinite(number) or number <= 0:
-        raise _invalid(field, "a finite number > 0", value)
-    return number
-
-
-def _fraction(field: str, value: object) -> float:
-    number = _real(field, value)
-    if not 0 < number <= 1:
-        raise _invalid(field, "a number in (0, 1]", value)
-    return number
-
-
-def _count(low: int, high: int | None = None) -> Callable[[str, object], int]:
-    expected = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-
-    def check(field: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise _invalid(field, expected, value)
-        if value < low or (high is not None and value > high):
-            raise _invalid(field, expected, value)
-        return int(value)
-
-    return check
-
-
-def _path(field: str, value: object) -> str:
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise _invalid(
-            field, "the path of a voice folder (from prepare_voice) or a .wav file", value
-        )
-    return os.fspath(value)  # type: ignore[return-value]
-
-
-_CHECKS: Mapping[str, Callable[[str, object], object]] = {
-    "temperature": _positive,
-    "top_k": _count(0),
-    "top_p": _fraction,
-    "repetition_penalty": _positive,
-    "max_frames": _count(1),
-    "chunk_frames": _count(1, MAX_CHUNK_FRAMES),
-    "voice": _path,
-}
+PARAMS: tuple[Param, ...] = (
+    Param(
+        "temperature",
+        "float",
+        0.9,
+        minimum=0,
+        exclusive_minimum=True,
+        help="sampling temperature of each code frame",
+    ),
+    Param("top_k", "int", 50, minimum=0, help="sample among the k likeliest codes; 0: off"),
+    Param(
+        "top_p",
+        "float",
+        0.95,
+        minimum=0,
+        maximum=1,
+        exclusive_minimum=True,
+        help="sample within this probability mass; 1: off",
+    ),
+    Param(
+        "repetition_penalty",
+        "float",
+        1.05,
+        minimum=0,
+        exclusive_minimum=True,
+        help="divides the scores of codes already written; 1: off",
+    ),
+    Param(
+        "max_frames",
+        "int",
+        None,
+        minimum=1,
+        help="the most code frames (75 per second); none: 4 x text bytes + 16",
+    ),
+    Param(
+        "chunk_frames",
+        "int",
+        16,
+        minimum=1,
+        maximum=MAX_CHUNK_FRAMES,
+        help="code frames per streamed chunk",
+    ),
+    Param(
+        "voice",
+        "path",
+        None,
+        help="a voice (prepare_voice folder or .wav) in an allowed folder; none: the model's",
+    ),
+)
 
 
 @attrs.frozen(kw_only=True)
 class SynthesisParams:
-    """One request's settings, each already checked.
+    """One request's settings, typed: ``PARAMS`` read into attributes of the same names.
 
     ``temperature``, ``top_k`` (0: off), ``top_p`` (1: off) and ``repetition_penalty`` (1: off)
-    shape the sampling of each code frame; ``max_frames`` bounds the length (default: from the
+    shape the sampling of each code frame; ``max_frames`` bounds the length (None: from the
     text's length); ``chunk_frames`` is how many frames each streamed chunk holds; ``voice`` is a
     voice folder or a WAV file (None: the model's own voice).
     """
 
-    temperature: float = 0.9
-    top_k: int = 50
-    top_p: float = 0.95
-    repetition_penalty: float = 1.05
-    max_frames: int | None = None
-    chunk_frames: int = 16
-    voice: str | None = None
+    temperature: float
+    top_k: int
+    top_p: float
+    repetition_penalty: float
+    max_frames: int | None
+    chunk_frames: int
+    voice: str | None
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> SynthesisParams:
-        """Read the keys this engine knows from ``params``; None means the default."""
+        """The declared params from ``params``, each through its declaration: the host's checked
+        values pass as they are; a caller that bypasses the host gets the same checks and
+        defaults. Keys not declared here are left alone."""
         if not isinstance(params, Mapping):
-            raise _invalid("params", "a mapping", params)
-        values = {
-            name: check(f"params.{name}", params[name])
-            for name, check in _CHECKS.items()
-            if params.get(name) is not None
-        }
-        return cls(**values)  # type: ignore[arg-type]
+            raise InvalidRequest(
+                f"params: expected a mapping, got {type(params).__name__}", {"field": "params"}
+            )
+        return cls(**{p.name: p.check(params.get(p.name)) for p in PARAMS})  # type: ignore[arg-type]

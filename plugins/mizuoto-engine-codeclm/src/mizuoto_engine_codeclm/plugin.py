@@ -1,5 +1,6 @@
 """Entry point module: declares the engine without importing it (or torch)."""
 
+from mizuoto_engine_codeclm.params import PARAMS
 from mizuoto_sdk import EngineManifest, ModelEntry, hookimpl
 
 
@@ -21,6 +22,7 @@ def mizuoto_engines() -> list[EngineManifest]:
             devices=["cpu", "cuda", "mps", "xpu"],
             dtypes=["bf16", "fp16", "fp32"],
             stochastic=True,
+            params=PARAMS,
             description=(
                 "Text bytes -> codec tokens from a Qwen3 decoder -> audio from a causal "
                 "convolutional codec, streamed; a reference for neural engine authors."

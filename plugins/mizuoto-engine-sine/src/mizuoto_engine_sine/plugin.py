@@ -1,6 +1,6 @@
 """Entry point module: declares the engine without importing it (or torch)."""
 
-from mizuoto_sdk import EngineManifest, ModelEntry, hookimpl
+from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl
 
 
 @hookimpl
@@ -14,6 +14,16 @@ def mizuoto_engines() -> list[EngineManifest]:
             capabilities=["synthesize"],
             dtypes=["float32"],
             stochastic=True,
+            params=[
+                Param(
+                    "speed",
+                    "float",
+                    1.0,
+                    minimum=0.25,
+                    maximum=4,
+                    help="tempo: 2 plays the tones twice as fast",
+                )
+            ],
             description="Turns text into a tone sequence; a reference for engine authors.",
         )
     ]

@@ -32,11 +32,11 @@ from collections.abc import Callable
 import torch
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder, generate
+from mizuoto_runtime.memory.handle import ModelHandle
+from mizuoto_runtime.memory.stream import stage_bytes
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
-from mizuoto_runtime.memory.stream import stage_bytes
 
 CONFIG = {
     "model_type": "qwen3",
@@ -104,7 +104,7 @@ def streaming_setup(model: QwenDecoder, device: torch.device):
     else:
         rt = Runtime()
         free, _ = rt.devices.memory(where)
-        working = free + probe.loaded_bytes - rt.manager.policy(where).headroom - room
+        working = free + probe.resident_bytes - rt.manager.policy(where).headroom - room
     rt.manager.register([probe], owner=f"bench@{where}")
     return rt, probe, working
 
@@ -183,11 +183,11 @@ def print_trace() -> None:
     activations = other.size_bytes + 2 * unit  # more than is free beside both models
 
     def phase() -> torch.Tensor:
-        rt.devices.account("cpu", activations)  # what the phase allocates on the device
+        rt.devices.meter("cpu").charge(activations)  # what the phase allocates on the device
         try:
             return generate(model, ids, max_new_tokens=4).tokens
         finally:
-            rt.devices.account("cpu", -activations)
+            rt.devices.meter("cpu").charge(-activations)
 
     ctx = RequestContext(seed=0, manager=rt.manager)
     with ctx.bind():

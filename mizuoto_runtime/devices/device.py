@@ -7,10 +7,10 @@ failure by its type name and message, so the host can map it without importing t
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from mizuoto_runtime.devices.dtypes import (
     pick_dtype,
     unsupported_reason,
 )
+from mizuoto_runtime.devices.meter import CountingMeter, MemoryMeter, meter_for
 from mizuoto_runtime.devices.probe import probe_devices, torch_build, torch_devices
 from mizuoto_sdk.manifest import device_type
 
@@ -47,7 +48,8 @@ class DeviceService:
 
     An object, not module state: tests build one with made-up ``properties`` or with
     ``simulate={"cpu": bytes}``, which makes the CPU report that much memory and count as an
-    accelerator, so memory accounting and placement run for real without a GPU.
+    accelerator, so memory accounting and placement run for real without a GPU. Which of the
+    two a device is, only its ``meter`` knows.
     """
 
     def __init__(
@@ -56,79 +58,55 @@ class DeviceService:
         properties: Mapping[str, DeviceProperties] | None = None,
         rules: Sequence[DtypeRule] = RULES,
     ) -> None:
-        self._simulate = dict(simulate or {})
-        for device, size in self._simulate.items():
-            if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-                raise ValueError(f"simulate[{device!r}]: expected a byte count > 0, got {size!r}")
+        self._meters: dict[str, MemoryMeter] = {
+            str(device): CountingMeter(str(device), size)
+            for device, size in (simulate or {}).items()
+        }
         self._properties = dict(properties or {})
         self._rules = tuple(rules)
-        self._in_use: dict[str, int] = {}
-        self._peak: dict[str, int] = {}
-        self._counter = threading.Lock()  # guards _in_use and _peak; taken last, held briefly
+        self._meters_lock = threading.Lock()
 
     is_oom = staticmethod(is_oom)
     probe_devices = staticmethod(probe_devices)
     torch_build = staticmethod(torch_build)
 
-    def simulated(self, device: str) -> bool:
-        return str(device) in self._simulate
+    def meter(self, device: str) -> MemoryMeter:
+        """How memory on ``device`` is counted: torch's allocator on an accelerator, a counter
+        on a simulated device (see ``devices.meter``). One object per device, made on first use."""
+        device = str(device)
+        with self._meters_lock:
+            meter = self._meters.get(device)
+            if meter is None:
+                meter = self._meters[device] = meter_for(device)
+            return meter
 
     def is_accelerator(self, device: str) -> bool:
         """Whether memory on ``device`` is scarce and accounted (a GPU, or a simulated one)."""
-        return device_type(str(device)) != "cpu" or self.simulated(device)
-
-    def account(self, device: str, delta: int) -> None:
-        """Record bytes placed on (or, negative, removed from) a simulated device.
-
-        Going over the simulated total raises ``torch.OutOfMemoryError``, as a real allocation
-        would, and records nothing, so out-of-memory handling runs for real on the CPU.
-        """
-        device = str(device)
-        if not self.simulated(device):
-            raise ValueError(f"account: {device!r} is not simulated")
-        total = self._simulate[device]
-        with self._counter:
-            held = self._in_use.get(device, 0) + delta
-            if not (delta > 0 and held > total):
-                self._in_use[device] = held
-                self._peak[device] = max(self._peak.get(device, 0), held)
-                return
-        import torch
-
-        raise torch.OutOfMemoryError(
-            f"simulated {device} out of memory: tried to allocate {delta} bytes with "
-            f"{total - held + delta} of {total} free"
-        )
-
-    def peak(self, device: str) -> int:
-        """The most bytes accounted on a simulated device since ``reset_peak`` (or creation)."""
-        with self._counter:
-            return self._peak.get(str(device), 0)
-
-    def reset_peak(self, device: str) -> None:
-        device = str(device)
-        with self._counter:
-            self._peak[device] = self._in_use.get(device, 0)
+        return self.meter(device).scarce
 
     def memory(self, device: str) -> tuple[int, int]:
         """(free, total) bytes; on CUDA, memory torch caches but does not use counts as free."""
-        device = str(device)
-        if self.simulated(device):
-            total = self._simulate[device]
-            with self._counter:
-                return total - self._in_use.get(device, 0), total
-        kind = device_type(device)
-        if kind == "cpu":
-            return _host_memory()
-        import torch
+        return self.meter(device).memory()
 
-        backend = getattr(torch, kind)
-        if kind == "mps":
-            total = int(backend.recommended_max_memory())
-            return total - int(backend.current_allocated_memory()), total
-        free, total = backend.mem_get_info(torch.device(device))
-        cached = backend.memory_reserved(device) - backend.memory_allocated(device)
-        return int(free + cached), int(total)
+    def simulated(self, device: str) -> bool:
+        """Deprecated: ask ``meter(device)`` what it needs to know instead."""
+        _deprecated("simulated(device)", "meter(device)")
+        return isinstance(self.meter(device), CountingMeter)
+
+    def account(self, device: str, delta: int) -> None:
+        """Deprecated: ``meter(device).charge(delta)``."""
+        _deprecated("account(device, delta)", "meter(device).charge(delta)")
+        self.meter(device).charge(delta)
+
+    def peak(self, device: str) -> int:
+        """Deprecated: ``meter(device).peak()``."""
+        _deprecated("peak(device)", "meter(device).peak()")
+        return self.meter(device).peak()
+
+    def reset_peak(self, device: str) -> None:
+        """Deprecated: ``meter(device).reset_peak()``."""
+        _deprecated("reset_peak(device)", "meter(device).reset_peak()")
+        self.meter(device).reset_peak()
 
     def empty_cache(self, device: str) -> None:
         kind = device_type(str(device))
@@ -195,17 +173,12 @@ class DeviceService:
         return module
 
 
-def _host_memory() -> tuple[int, int]:
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = page * os.sysconf("SC_PHYS_PAGES")
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, total
-    except OSError:
-        pass
-    return page * os.sysconf("SC_AVPHYS_PAGES"), total
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"DeviceService.{old} is deprecated, use DeviceService.{new}; it goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _torch_properties(device: str) -> DeviceProperties:

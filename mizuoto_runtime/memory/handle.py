@@ -15,14 +15,17 @@ gathered into a weights tuple) stay the same objects and see the new storage.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from mizuoto_runtime.memory.units import discover_units, unit_tensors
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from mizuoto_runtime.devices.meter import MemoryMeter
 
 __all__ = ["HOST", "RESIDENT", "STREAMED", "ModelHandle", "Part", "PartState", "indexed_device"]
 
@@ -106,15 +109,25 @@ class ModelHandle:
         self.base = Part(self, -1, None, rest, self._where(rest))
         self.parts: tuple[Part, ...] = (self.base, *self.unit_parts)
         self.size_bytes = sum(p.nbytes for p in self.parts)
-        self._account: Callable[[int], None] | None = None
+        self._meter: _Charges | None = None
+
+    def bind(self, meter: MemoryMeter | None) -> None:
+        """Charge every move to the load device's ``meter`` (the manager binds it on register).
+
+        ``meter.charge(+n)`` runs before ``n`` bytes arrive and may raise
+        ``torch.OutOfMemoryError``, as a real allocation would; the part then stays where it was.
+        """
+        self._meter = meter
 
     def count_with(self, account: Callable[[int], None] | None) -> None:
-        """Report device bytes to ``account`` on every move (a simulated device's counter).
-
-        ``account(+n)`` runs before ``n`` bytes arrive and may raise ``torch.OutOfMemoryError``,
-        as a real allocation would; the part then stays where it was.
-        """
-        self._account = account
+        """Deprecated: ``bind(meter)``."""
+        warnings.warn(
+            "ModelHandle.count_with is deprecated, use ModelHandle.bind(meter); "
+            "it goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self._meter = None if account is None else _Account(account)
 
     def _where(self, tensors: list[torch.Tensor]) -> PartState:
         on_device = [str(t.device) == self.load_device for t in tensors]
@@ -131,9 +144,20 @@ class ModelHandle:
         return sum(p.nbytes for p in self.parts if p.state == state)
 
     @property
-    def loaded_bytes(self) -> int:
+    def resident_bytes(self) -> int:
         """Bytes resident on the load device."""
         return self._bytes(RESIDENT)
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Deprecated: ``resident_bytes``."""
+        warnings.warn(
+            "ModelHandle.loaded_bytes is deprecated, use ModelHandle.resident_bytes; "
+            "it goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.resident_bytes
 
     @property
     def streamed_bytes(self) -> int:
@@ -145,10 +169,6 @@ class ModelHandle:
         """Bytes in host memory that are not streamed (given back while the model was idle)."""
         return self._bytes(HOST)
 
-    @property
-    def max_unit_bytes(self) -> int:
-        return max((p.nbytes for p in self.unit_parts), default=0)
-
     def move(self, part: Part, state: PartState) -> int:
         """Put ``part`` in ``state``; returns the change in device bytes (+ moved in, - out).
 
@@ -158,19 +178,20 @@ class ModelHandle:
         was_on_device = part.state == RESIDENT
         goes_on_device = state == RESIDENT
         arriving = goes_on_device and not was_on_device
-        if arriving and self._account is not None:
-            self._account(part.nbytes)
+        meter = self._meter
+        if arriving and meter is not None:
+            meter.charge(part.nbytes)
         try:
             self._place(part, was_on_device, goes_on_device, state)
         except BaseException:
-            if arriving and self._account is not None:
-                self._account(-part.nbytes)
+            if arriving and meter is not None:
+                meter.charge(-part.nbytes)
             raise
         part.state = state
         if was_on_device == goes_on_device:
             return 0
-        if self._account is not None and not goes_on_device:
-            self._account(-part.nbytes)
+        if meter is not None and not goes_on_device:
+            meter.charge(-part.nbytes)
         return part.nbytes if goes_on_device else -part.nbytes
 
     def _place(
@@ -193,28 +214,28 @@ class ModelHandle:
                     tensor.data = copy
                 part.pinned = all(ok for _, ok in moved)
 
-    def fit_into(self, free: int) -> int:
-        """Mark parts (units from the last, the base last of all) as in host memory until the
-        resident ones fit in ``free`` bytes; returns the resident bytes. For a simulated device,
-        where host and device memory are the same, so nothing is copied."""
-        resident = [p for p in self.parts if p.state == RESIDENT]
-        held = sum(p.nbytes for p in resident)
-        for part in reversed(resident):
-            if held <= free:
-                break
-            part.state = HOST
-            held -= part.nbytes
-        return held
-
     def reload_cost(self, part: Part) -> float:
         """Relative cost of bringing ``part`` back: pinned host memory is cheaper than pageable."""
         return part.nbytes * (1.0 if part.pinned else 2.0)
 
     def __repr__(self) -> str:
         return (
-            f"<ModelHandle {self.name} on {self.load_device}: {self.loaded_bytes} resident, "
+            f"<ModelHandle {self.name} on {self.load_device}: {self.resident_bytes} resident, "
             f"{self.streamed_bytes} streamed, {self.host_bytes} host of {self.size_bytes} B>"
         )
+
+
+class _Charges(Protocol):
+    def charge(self, delta: int) -> None: ...
+
+
+class _Account:
+    """A ``count_with`` callable, charged as a meter would be."""
+
+    __slots__ = ("charge",)
+
+    def __init__(self, account: Callable[[int], None]) -> None:
+        self.charge = account
 
 
 def indexed_device(device: str | torch.device) -> str:

@@ -13,15 +13,15 @@ down a bounded ladder that ends at full streaming; only then does it fail with
 
 This module keeps the registry, the phases and the out-of-memory ladder; what one placement
 moves (room on the device, which idle units give memory back, which units stay resident) is
-``placement.Placer``'s job, called under the manager's lock.
+decided by the device's ``placement.DevicePlacement``, called under the manager's lock.
 
 Threads: one re-entrant lock guards the registry, the entries (``occupancy``) and every
 placement; phase bodies run outside it. A handle moves only when no other thread's phase runs
 it, and a phase that finds the memory held by other threads' phases waits for one to end
 (``occupancy.MemoryWaits``). Lock order: manager, then a device's ``Streamer``, then the
-device's counter; nothing takes them the other way round.
+device's meter; nothing takes them the other way round.
 
-Where memory is not scarce (a CPU that does not simulate a GPU) nothing moves and nothing is
+Where the device's meter says memory is not scarce (a plain CPU) nothing moves and nothing is
 counted: ``use`` and ``run`` only mark handles busy.
 
 Exact re-runs: the context's generators are snapshotted before a ``run`` phase and restored
@@ -34,11 +34,11 @@ written again), but a phase of several forwards must build its cache inside the 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.memory.handle import ModelHandle, indexed_device
 from mizuoto_runtime.memory.occupancy import Entry, Lease, MemoryWaits
-from mizuoto_runtime.memory.placement import Placer
+from mizuoto_runtime.memory.placement import DevicePlacement
 from mizuoto_runtime.memory.policy import (
     Calibration,
     PeakMeter,
@@ -60,6 +60,7 @@ from mizuoto_sdk.errors import ComputeUnavailable
 
 if TYPE_CHECKING:
     from mizuoto_runtime.devices.device import DeviceService
+    from mizuoto_runtime.devices.meter import MemoryMeter
 
 __all__ = ["ModelManager"]
 
@@ -80,53 +81,44 @@ class ModelManager:
         self.calibration = Calibration()
         self.trace: deque[dict[str, Any]] = deque(maxlen=256)
         self._entries: dict[ModelHandle, Entry] = {}
-        self._policies: dict[str, VramPolicy] = {}
-        self._streamers: dict[str, Streamer] = {}
+        self._devices: dict[str, DevicePlacement] = {}
         self._meter = PeakMeter(devices, self.calibration)
         self._lock = threading.RLock()
         self._waits = MemoryWaits(self._lock)
         self._ticks = itertools.count(1)
-        self._placer = Placer(devices, self.calibration, self._entries, self.policy, self.streamer)
 
     # -- registry --------------------------------------------------------------------------
 
     def register(self, handles: Iterable[ModelHandle], owner: str) -> None:
         """Track ``handles`` for ``owner``; each device's policy is derived from the settings.
 
-        On a simulated device the resident bytes are counted; when they do not fit, idle handles
-        give memory back, then the new handle's units wait in host memory (nothing is refused).
+        Their resident bytes are charged to the device's meter; where they do not fit (on a
+        simulated device), idle handles give memory back, then the new handle's units wait in
+        host memory (nothing is refused).
         """
         with self._lock:
             for handle in handles:
                 if handle in self._entries:
                     self._entries[handle].owner = owner
                     continue
-                device = handle.load_device
-                entry = self._entries[handle] = Entry(
-                    handle, owner, self.devices.is_accelerator(device)
-                )
+                place = self._placement(handle.load_device)
+                entry = self._entries[handle] = Entry(handle, owner, place.meter.scarce)
                 if entry.scarce:
-                    self._policies[device] = self._derive_policy(device)
-                if entry.scarce and self.devices.simulated(device):
-                    self._placer.admit(handle)
-                    handle.count_with(functools.partial(self.devices.account, device))
+                    place.policy = self._derive_policy(place.meter)
+                place.admit(entry)
 
     def forget(self, owner: str) -> list[str]:
         """Stop tracking ``owner``'s handles (its engine was unloaded); returns their names."""
         with self._lock:
             gone = [e for e in self._entries.values() if e.owner == owner]
             for entry in gone:
-                handle = entry.handle
-                self.streamer(handle.load_device).detach(handle)
-                if entry.scarce and self.devices.simulated(handle.load_device):
-                    self.devices.account(handle.load_device, -handle.loaded_bytes)
-                    handle.count_with(None)
-                del self._entries[handle]
+                self._placement(entry.handle.load_device).forget(entry)
+                del self._entries[entry.handle]
             for device in {e.handle.load_device for e in gone if e.scarce}:
                 self.streamer(device).trim()
             return [e.handle.name for e in gone]
 
-    def loaded(self) -> list[dict[str, object]]:
+    def residency(self) -> list[dict[str, object]]:
         """One row per handle (for ``mizuoto runtime``): where its bytes are, busy or idle."""
         with self._lock:
             return [
@@ -134,7 +126,7 @@ class ModelManager:
                     "name": e.handle.name,
                     "owner": e.owner,
                     "device": e.handle.load_device,
-                    "resident_bytes": e.handle.loaded_bytes,
+                    "resident_bytes": e.handle.resident_bytes,
                     "streamed_bytes": e.handle.streamed_bytes,
                     "host_bytes": e.handle.host_bytes,
                     "state": "busy" if e.busy else "idle",
@@ -143,11 +135,12 @@ class ModelManager:
                 for e in self._entries.values()
             ]
 
-    def unload(self, target: str | None = None) -> list[str]:
-        """Send idle handles of owner or name ``target`` (every idle one when None) to the host.
+    def offload(self, target: str | None = None) -> list[str]:
+        """Send idle handles of owner or name ``target`` (every idle one when None) to host
+        memory, where they stay registered; returns the names that gave device memory back.
 
-        Returns the names that gave device memory back; busy handles stay. Dropping the engine
-        itself is the host's job (it then calls ``forget``).
+        Busy handles stay. Unloading the engine itself is the host's job (it then calls
+        ``forget``).
         """
         with self._lock:
             chosen = [
@@ -155,11 +148,22 @@ class ModelManager:
                 for e in self._entries.values()
                 if e.scarce and not e.busy and target in (None, e.owner, e.handle.name)
             ]
-            names = [e.handle.name for e in chosen if self._placer.offload(e.handle)]
+            places = [(e.handle, self._placement(e.handle.load_device)) for e in chosen]
+            offloaded = [handle for handle, place in places if place.offload(handle)]
             for device in {e.handle.load_device for e in chosen}:
                 self.streamer(device).trim()
                 self.devices.empty_cache(device)
-            return names
+            return [h.name for h in offloaded]
+
+    def loaded(self) -> list[dict[str, object]]:
+        """Deprecated: ``residency()``."""
+        _deprecated("loaded()", "residency()")
+        return self.residency()
+
+    def unload(self, target: str | None = None) -> list[str]:
+        """Deprecated: ``offload(target)`` (it never unloaded anything)."""
+        _deprecated("unload(target)", "offload(target)")
+        return self.offload(target)
 
     def release_idle(self, device: str, keep: Sequence[ModelHandle] = ()) -> list[str]:
         """Idle handles on ``device``, all but ``keep``, give their device memory back; names.
@@ -168,29 +172,18 @@ class ModelManager:
         """
         device = indexed_device(device)
         with self._lock:
-            names = self._placer.release(device, None, keep)
-            self.streamer(device).trim()
+            place = self._placement(device)
+            names = place.release(None, keep)
+            place.streamer.trim()
         self.devices.empty_cache(device)
         return names
 
-    def release_after_oom(self) -> list[str]:
-        """Release every idle handle on every accelerator; models on a plain CPU stay."""
-        with self._lock:
-            devices = sorted({e.handle.load_device for e in self._entries.values() if e.scarce})
-        return [name for device in devices for name in self.release_idle(device)]
-
     def policy(self, device: str) -> VramPolicy:
-        with self._lock:
-            if device not in self._policies:
-                self._policies[device] = self._derive_policy(device)
-            return self._policies[device]
+        return self._placement(device).policy
 
     def streamer(self, device: str) -> Streamer:
         """The device's Streamer (staging slots, copies); created on first use."""
-        with self._lock:
-            if device not in self._streamers:
-                self._streamers[device] = Streamer(device, self.devices)
-            return self._streamers[device]
+        return self._placement(device).streamer
 
     # -- phases ----------------------------------------------------------------------------
 
@@ -312,7 +305,7 @@ class ModelManager:
             try:
                 with self._lock:
                     mark = self._waits.mark()  # what ends after this may free memory
-                    self._placer.place(entries, plan)
+                    self._place(entries, plan)
                     lease.run()
                 result = None if body is None else body(plan)
                 if attempt > 1:
@@ -374,7 +367,8 @@ class ModelManager:
         with self._lock:
             waits, entries = self._waits, self._entries.values()
             changed = waits.changed(device, mark)
-            if [h for h in waits.yielding(lease, device) if self._placer.offload(h)]:
+            place = self._placement(device)
+            if [h for h in waits.yielding(lease, device) if place.offload(h)]:
                 waits.freed(device)
             self.streamer(device).trim()
             return changed or waits.wait(entries, device, context or current_context())
@@ -392,9 +386,36 @@ class ModelManager:
 
     # -- bookkeeping -----------------------------------------------------------------------
 
-    def _derive_policy(self, device: str) -> VramPolicy:
-        total, simulated = self.devices.memory(device)[1], self.devices.simulated(device)
-        return VramPolicy.from_settings(self.settings, total=total, simulated=simulated)
+    def _placement(self, device: str) -> DevicePlacement:
+        """The device's placement (meter, policy, streamer, its handles); made on first use."""
+        with self._lock:
+            place = self._devices.get(device)
+            if place is None:
+                meter = self.devices.meter(device)
+                place = DevicePlacement(meter, self._derive_policy(meter), self.calibration)
+                self._devices[device] = place
+            return place
+
+    def _place(self, entries: Sequence[Entry], plan: Plan) -> None:
+        """Place the scarce handles no other thread runs; each device's level goes in ``plan``.
+
+        A handle another thread's phase runs (``Entry.running``) keeps its placement: moving
+        its tensors under a running forward would break that forward. That phase placed it, so
+        it is placed; of phases that start together, the first to get the lock places.
+        """
+        thread = threading.get_ident()
+        by_device: dict[str, list[ModelHandle]] = {}
+        for entry in entries:
+            if entry.scarce and not entry.running.keys() - {thread}:
+                handles = by_device.setdefault(entry.handle.load_device, [])
+                if entry.handle not in handles:
+                    handles.append(entry.handle)
+        for device, handles in by_device.items():
+            self._placement(device).place(handles, plan)
+
+    def _derive_policy(self, meter: MemoryMeter) -> VramPolicy:
+        total = meter.memory()[1]
+        return VramPolicy.from_settings(self.settings, total=total, simulated=meter.exclusive)
 
     @staticmethod
     def _devices_of(entries: Sequence[Entry]) -> list[str]:
@@ -432,3 +453,11 @@ class ModelManager:
     def _note(self, event: str, **detail: Any) -> None:
         self.trace.append({"event": event, **detail})
         log.info("memory %s: %s", event, detail)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"ModelManager.{old} is deprecated, use ModelManager.{new}; it goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -1,24 +1,23 @@
-"""Placement: which of a phase's units sit on the device, and which idle units make room for them.
+"""DevicePlacement: one device's residency: what sits on it, and what moves to make room.
 
-The manager decides when memory moves: a phase starts, a retry steps down the ladder, a handle is
-registered or unloaded. This module decides what moves, and keeps that byte arithmetic apart from
-the phase and retry flow: how much room a device has for a phase (free memory plus what the phase
-already holds there, less headroom, working memory and base parameters), which idle units give
-memory back first (least recently used, cheapest to reload), and which of the phase's units stay
-resident while the rest are streamed through staging slots.
+The manager keeps the registry, the phases and the out-of-memory ladder, and decides when memory
+moves. Each device it places on has a ``DevicePlacement`` that owns what that device needs to
+decide what moves: its meter (how its memory is counted), its policy (headroom, staging slots),
+its streamer (staging slots and copies) and the entries of the handles loaded there. It answers:
+how much room a phase has (free memory plus what the phase already holds there, less headroom,
+working memory and base parameters), which idle units give memory back first (least recently
+used, cheapest to reload), and which of a phase's units stay resident while the rest stream.
 
-``Placer`` keeps no state of its own: it reads the manager's tracked entries and asks the manager
-for each device's policy and streamer. Its callers hold the manager's lock.
+Every method runs under the manager's lock.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from mizuoto_runtime.devices.device import is_oom
 from mizuoto_runtime.memory.handle import HOST, RESIDENT, ModelHandle
-from mizuoto_runtime.memory.occupancy import Entry
 from mizuoto_runtime.memory.policy import (
     Calibration,
     Level,
@@ -31,50 +30,64 @@ from mizuoto_runtime.memory.policy import (
 from mizuoto_runtime.memory.stream import Streamer, stage_bytes
 
 if TYPE_CHECKING:
-    from mizuoto_runtime.devices.device import DeviceService
+    from mizuoto_runtime.devices.meter import MemoryMeter
+    from mizuoto_runtime.memory.occupancy import Entry
 
-__all__ = ["Entry", "Placer"]
+__all__ = ["DevicePlacement"]
 
 
-class Placer:
-    """Places a phase's handles device by device and evicts idle ones to make room."""
+class DevicePlacement:
+    """The handles on one device, its meter, policy and streamer; places and evicts there."""
 
-    def __init__(
-        self,
-        devices: DeviceService,
-        calibration: Calibration,
-        entries: Mapping[ModelHandle, Entry],
-        policy: Callable[[str], VramPolicy],
-        streamer: Callable[[str], Streamer],
-    ) -> None:
-        self.devices, self.calibration = devices, calibration
-        self._entries, self._policy, self._streamer = entries, policy, streamer
+    def __init__(self, meter: MemoryMeter, policy: VramPolicy, calibration: Calibration) -> None:
+        self.device = meter.device
+        self.meter, self.policy, self.calibration = meter, policy, calibration
+        self.streamer = Streamer(meter)
+        self.entries: list[Entry] = []
 
-    def place(self, entries: Sequence[Entry], plan: Plan) -> None:
-        """Place the scarce handles no other thread runs; each device's level goes in ``plan``.
+    def admit(self, entry: Entry) -> None:
+        """Track a newly registered handle and charge its moves to the device's meter.
 
-        A handle another thread's phase runs (``Entry.running``) keeps its placement: moving
-        its tensors under a running forward would break that forward. That phase placed it, so
-        it is placed; of phases that start together, the first to get the lock places.
+        The engine's load put the handle's resident bytes on the device. Where the allocator
+        counted them then, charging them records nothing. A simulated device counts them now;
+        when they do not fit, idle handles give memory back, then the new handle's parts that
+        still do not fit go to host memory, the base last (a load is never refused).
         """
-        thread = threading.get_ident()
-        by_device: dict[str, list[ModelHandle]] = {}
-        for entry in entries:
-            if entry.scarce and not entry.running.keys() - {thread}:
-                handles = by_device.setdefault(entry.handle.load_device, [])
-                if entry.handle not in handles:
-                    handles.append(entry.handle)
-        for device, handles in by_device.items():
-            self._place_device(device, handles, plan)
+        self.entries.append(entry)
+        handle = entry.handle
+        if not self.meter.scarce:
+            return
+        resident = [p for p in handle.parts if p.state == RESIDENT]
+        released = False
+        while True:
+            try:
+                self.meter.charge(handle.resident_bytes)
+                break
+            except Exception as error:
+                if not is_oom(error):
+                    raise
+            if not released:
+                released = True
+                self.release(handle.resident_bytes - self.meter.memory()[0], keep=[handle])
+            else:
+                handle.move(resident.pop(), HOST)  # not bound yet: the meter is not charged
+        handle.bind(self.meter)
 
-    def release(self, device: str, need: int | None, keep: Sequence[ModelHandle] = ()) -> list[str]:
-        """Idle handles on ``device`` give back resident parts until ``need`` bytes (all: None)."""
-        idle = [
-            e
-            for e in self._entries.values()
-            if e.scarce and not e.busy and e.handle.load_device == device
-            if e.handle not in keep
-        ]
+    def forget(self, entry: Entry) -> None:
+        """Stop tracking ``entry``; its resident bytes are no longer charged to the device."""
+        handle = entry.handle
+        self.streamer.detach(handle)
+        if self.meter.scarce:
+            self.meter.charge(-handle.resident_bytes)
+            handle.bind(None)
+        self.entries.remove(entry)
+
+    def release(self, need: int | None, keep: Sequence[ModelHandle] = ()) -> list[str]:
+        """Idle handles, all but ``keep``, give back resident parts until ``need`` bytes (all:
+        None); returns the names of those that gave memory back."""
+        if not self.meter.scarce:
+            return []
+        idle = [e for e in self.entries if not e.busy and e.handle not in keep]
         parts = eviction_order([(e.tick, p) for e in idle for p in e.handle.parts])
         freed, names = 0, []
         for part in parts:
@@ -90,47 +103,40 @@ class Placer:
 
     def offload(self, handle: ModelHandle) -> bool:
         """Every part of ``handle`` to host memory; whether it had any on the device."""
-        had = handle.loaded_bytes > 0
+        had = handle.resident_bytes > 0
         for part in handle.parts:
             handle.move(part, HOST)
-        self._streamer(handle.load_device).detach(handle)
+        self.streamer.detach(handle)
         return had
 
-    def admit(self, handle: ModelHandle) -> None:
-        """Count a new handle resident on a simulated device, making room as placement would."""
-        device = handle.load_device
-        free = self.devices.memory(device)[0]
-        if handle.loaded_bytes > free:
-            self.release(device, handle.loaded_bytes - free, keep=[handle])
-        self.devices.account(device, handle.fit_into(self.devices.memory(device)[0]))
-
-    def _place_device(self, device: str, handles: list[ModelHandle], plan: Plan) -> None:
-        policy, streamer = self._policy(device), self._streamer(device)
-        key = Calibration.key([h.name for h in handles], device, plan.phase, plan.shape)
+    def place(self, handles: list[ModelHandle], plan: Plan) -> None:
+        """Place a phase's ``handles`` on this device; the level chosen goes in ``plan``."""
+        policy, streamer = self.policy, self.streamer
+        key = Calibration.key([h.name for h in handles], self.device, plan.phase, plan.shape)
         weights = sum(h.size_bytes for h in handles)
         need = policy.working(plan.working_bytes, self.calibration.get(key), weights)
-        limit, slots = plan.cap.get(device, (None, policy.in_flight))
+        limit, slots = plan.cap.get(self.device, (None, policy.in_flight))
         units = unit_order(handles)
         sizes = [p.nbytes for p in units]
         slot_bytes = max((stage_bytes(p) for p in units), default=0)
-        plan.working[device] = (need, key)
+        plan.working[self.device] = (need, key)
         missing_base = sum(h.base.nbytes for h in handles if h.base.state != RESIDENT)
 
         def room() -> int:
-            free, _ = self.devices.memory(device)
+            free, _ = self.meter.memory()
             ours = sum(p.nbytes for p in units if p.state == RESIDENT) + streamer.staging_bytes
             return free + ours - policy.headroom - need - missing_base
 
         available = room()
         if available < sum(sizes):
-            self.release(device, sum(sizes) - available, keep=handles)
+            self.release(sum(sizes) - available, keep=handles)
             available = room()
         if limit is not None:
             available = min(available, limit)
         chosen, used_slots = choose_resident(sizes, available, slot_bytes, slots)
         placed = sum(sizes[i] for i in chosen) + used_slots * slot_bytes
         streamed = len(units) - len(chosen)
-        plan.levels[device] = Level(placed, slots, slot_bytes, len(chosen), streamed)
+        plan.levels[self.device] = Level(placed, slots, slot_bytes, len(chosen), streamed)
         kept = {id(units[i]) for i in chosen}
         streamer.apply(
             handles,

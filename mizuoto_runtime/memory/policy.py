@@ -168,9 +168,10 @@ class _Reading:
 class PeakMeter:
     """Measures a phase's peak allocation above what was held when it began, per device.
 
-    CUDA's allocator and a simulated device keep a peak counter; a phase resets it and reads
-    it back. Phases nest (a host-level phase around an engine's): a nested reset voids the
-    outer reading, so the innermost phase's measurement is the one kept.
+    The device's meter keeps the peak (torch's allocator on CUDA, the counter on a simulated
+    device); a phase resets it and reads it back. Phases nest (a host-level phase around an
+    engine's): a nested reset voids the outer reading, so the innermost phase's measurement is
+    the one kept.
     """
 
     def __init__(self, devices: DeviceService, calibration: Calibration) -> None:
@@ -212,29 +213,11 @@ class PeakMeter:
                     self._open[reading.device].remove(reading)
 
     def _reader(self, device: str) -> Callable[[bool], int] | None:
-        """``read(reset)``: with reset, zero the peak and return what is held; else the peak."""
-        devices = self._devices
-        if devices.simulated(device):
-
-            def simulated(reset: bool) -> int:
-                if not reset:
-                    return devices.peak(device)
-                devices.reset_peak(device)
-                free, total = devices.memory(device)
-                return total - free
-
-            return simulated
-        if device.startswith("cuda"):
-            import torch
-
-            def cuda(reset: bool) -> int:
-                if not reset:
-                    return torch.cuda.max_memory_allocated(device)
-                torch.cuda.reset_peak_memory_stats(device)
-                return torch.cuda.memory_allocated(device)
-
-            return cuda
-        return None
+        """``read(reset)``: with reset, restart the peak and return what is held; else the peak."""
+        meter = self._devices.meter(device)
+        if not meter.measures_peak:
+            return None
+        return lambda reset: meter.reset_peak() if reset else meter.peak()
 
 
 class Plan:

@@ -20,14 +20,15 @@ fails at once only when the wait could never end (every slot held by threads tha
 with units nested inside units).
 
 One condition (``Streamer._cond``) guards all of a streamer's state; nothing else is locked
-while holding it except the device's counter (``DeviceService.account``). The memory manager
+while holding it except the device's meter (``MemoryMeter.charge``). The memory manager
 calls ``configure``, ``apply``, ``attach``, ``detach`` and ``release`` with its own lock held
 (lock order: manager, then streamer); models call ``enter`` and ``exit`` with no lock held.
 
 On CUDA the host copies are pinned, copies run on a side stream, the compute stream waits on an
 event recorded after each copy, and a copy into a slot waits for the last kernels that read it.
-On a simulated device slots are CPU tensors standing for device memory: the copies and the
-accounting are real, only synchronous.
+Every slot allocated or freed is charged to the device's meter (which counts it on a simulated
+device, where slots are host tensors standing for device memory, and leaves it to torch's
+allocator elsewhere); copies are synchronous off CUDA.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from mizuoto_runtime.memory.units import route
 if TYPE_CHECKING:
     import torch
 
-    from mizuoto_runtime.devices.device import DeviceService
+    from mizuoto_runtime.devices.meter import MemoryMeter
 
 __all__ = ["Streamer", "stage_bytes"]
 
@@ -81,13 +82,12 @@ class _Entered:
 class Streamer:
     """Staging slots and copy scheduling for the streamed units on one device."""
 
-    def __init__(self, device: str, devices: DeviceService) -> None:
+    def __init__(self, meter: MemoryMeter) -> None:
         import torch
 
-        self.device = str(device)
-        self._devices = devices
+        self.device = meter.device
+        self._meter = meter
         self._torch = torch
-        self._simulated = devices.simulated(self.device)
         self._cuda = self.device.startswith("cuda")
         self._side = torch.cuda.Stream(torch.device(self.device)) if self._cuda else None
         self._cond = threading.Condition(threading.RLock())
@@ -99,7 +99,6 @@ class Streamer:
         self._next: dict[Part, Part] = {}
         self._routes: dict[ModelHandle, Callable[[], None]] = {}  # each undoes a ``route``
         self._attached: dict[ModelHandle, list[Part]] = {}
-        self.copies = 0  # units copied in, for benchmarks and tests
 
     @property
     def staging_bytes(self) -> int:
@@ -110,12 +109,6 @@ class Streamer:
     def slot_bytes(self) -> int:
         with self._cond:
             return max((slot.buffer.numel() for slot in self._slots), default=0)
-
-    @property
-    def streaming(self) -> bool:
-        """Whether some handle's units are routed through this streamer."""
-        with self._cond:
-            return bool(self._attached)
 
     def configure(self, slots: int, slot_bytes: int) -> int:
         """Keep ``slots`` slots of at least ``slot_bytes``; returns the change in device bytes.
@@ -366,8 +359,8 @@ class Streamer:
         return self._torch.empty(size, dtype=self._torch.uint8, device=self.device)
 
     def _account(self, delta: int) -> None:
-        if self._simulated and delta:
-            self._devices.account(self.device, delta)
+        if delta:
+            self._meter.charge(delta)
 
     def _stage(self, part: Part, slot: _Slot) -> None:
         """Copy ``part``'s host tensors into the free ``slot``."""
@@ -382,7 +375,6 @@ class Streamer:
         else:
             for view, tensor in zip(slot.views, part.tensors, strict=True):
                 view.copy_(tensor.data)
-        self.copies += 1
 
     def _copy_async(self, slot: _Slot, part: Part) -> None:
         side = self._side

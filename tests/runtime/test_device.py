@@ -84,9 +84,9 @@ def test_float64_runs_on_the_cpu_where_the_device_has_none():
 def test_simulated_cpu_reports_its_budget_and_accounts_placements():
     devices = DeviceService(simulate={"cpu": 1000})
     assert devices.is_accelerator("cpu") and devices.memory("cpu") == (1000, 1000)
-    devices.account("cpu", 300)
+    devices.meter("cpu").charge(300)
     assert devices.memory("cpu") == (700, 1000)
-    devices.account("cpu", -300)
+    devices.meter("cpu").charge(-300)
     assert devices.memory("cpu") == (1000, 1000)
     assert not DeviceService().is_accelerator("cpu")
     with pytest.raises(ValueError, match="simulate"):

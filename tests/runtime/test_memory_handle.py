@@ -44,7 +44,7 @@ def test_a_decoder_on_its_load_device_is_fully_resident_and_streams_by_layer(tie
     assert handle.module is model
     assert handle.units == tuple(model.model.layers)
     assert handle.size_bytes == distinct_bytes(model)  # a tied table is counted once
-    assert handle.loaded_bytes == handle.size_bytes
+    assert handle.resident_bytes == handle.size_bytes
     assert handle.streamed_bytes == handle.host_bytes == 0
     assert [part.nbytes for part in handle.unit_parts] == [
         distinct_bytes(model.model.layers[0])
@@ -53,7 +53,7 @@ def test_a_decoder_on_its_load_device_is_fully_resident_and_streams_by_layer(tie
 
 def test_a_module_on_the_offload_device_starts_in_host_memory():
     handle = ModelHandle(decoder(), name="tiny:decoder", load_device="meta")
-    assert handle.loaded_bytes == 0
+    assert handle.resident_bytes == 0
     assert handle.host_bytes == handle.size_bytes
     assert handle.load_device == "meta" and handle.offload_device == "cpu"
 

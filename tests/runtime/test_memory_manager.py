@@ -46,7 +46,7 @@ def in_use(rt: Runtime) -> int:
 
 
 def row(rt: Runtime, name: str) -> dict[str, object]:
-    return next(r for r in rt.manager.loaded() if r["name"] == name)
+    return next(r for r in rt.manager.residency() if r["name"] == name)
 
 
 def test_on_a_plain_cpu_nothing_moves_and_nothing_is_counted():
@@ -58,8 +58,8 @@ def test_on_a_plain_cpu_nothing_moves_and_nothing_is_counted():
     with rt.manager.use(h, phase="call"):
         assert row(rt, "m")["state"] == "busy"
     assert row(rt, "m")["state"] == "idle"
-    assert (h.loaded_bytes, h.streamed_bytes, h.host_bytes) == (h.size_bytes, 0, 0)
-    assert rt.manager.release_after_oom() == [] and rt.manager.unload() == []
+    assert (h.resident_bytes, h.streamed_bytes, h.host_bytes) == (h.size_bytes, 0, 0)
+    assert rt.manager.release_idle("cpu") == [] and rt.manager.offload() == []
 
 
 def test_a_model_that_fits_stays_resident_and_is_listed():
@@ -84,7 +84,7 @@ def test_registering_more_than_fits_is_not_refused_the_rest_waits_in_host_memory
     rt = simulated(BASE + 2 * UNIT)
     h = handle()
     rt.manager.register([h], owner="m@cpu")
-    assert h.loaded_bytes == BASE + 2 * UNIT and h.host_bytes == 2 * UNIT
+    assert h.resident_bytes == BASE + 2 * UNIT and h.host_bytes == 2 * UNIT
     assert in_use(rt) == BASE + 2 * UNIT
 
 
@@ -94,7 +94,7 @@ def test_a_model_that_does_not_fit_streams_units_and_computes_the_same():
     expected = h.module(X)
     rt.manager.register([h], owner="m@cpu")
     assert torch.equal(run(rt, h), expected)
-    assert h.loaded_bytes == BASE + UNIT and h.streamed_bytes == 3 * UNIT
+    assert h.resident_bytes == BASE + UNIT and h.streamed_bytes == 3 * UNIT
     assert in_use(rt) == BASE + UNIT + 2 * SLOT
 
 
@@ -107,9 +107,9 @@ def test_idle_models_give_memory_back_least_recently_used_first():
     run(rt, b)
     rt.manager.register([c], owner="c@cpu")  # waits in host memory: a and b fill the device
     run(rt, c)
-    assert c.loaded_bytes == FULL
-    assert b.loaded_bytes == FULL  # used more recently than a
-    assert a.loaded_bytes < FULL and a.host_bytes > 0
+    assert c.resident_bytes == FULL
+    assert b.resident_bytes == FULL  # used more recently than a
+    assert a.resident_bytes < FULL and a.host_bytes > 0
     assert in_use(rt) <= 2 * FULL + 100
 
 
@@ -120,9 +120,9 @@ def test_a_handle_in_use_is_never_evicted_the_other_model_streams_instead():
     expected = b.module(X)
     with rt.manager.use(a, phase="hold", working_bytes=0):
         assert torch.equal(run(rt, b), expected)
-        assert a.loaded_bytes == FULL
+        assert a.resident_bytes == FULL
         assert rt.manager.release_idle("cpu") == ["b"]
-        assert a.loaded_bytes == FULL
+        assert a.resident_bytes == FULL
     assert b.streamed_bytes + b.host_bytes > 0
 
 
@@ -145,7 +145,7 @@ def test_an_injected_oom_releases_idle_models_and_reruns_exactly():
     clean = torch.rand(4, generator=RequestContext(seed=7).generator_for("cpu"))
     assert torch.equal(result, clean) and torch.equal(calls[0], calls[1])
     assert len(calls) == 2  # one failure, one re-run
-    assert idle.loaded_bytes == 0 and h.loaded_bytes > 0
+    assert idle.resident_bytes == 0 and h.resident_bytes > 0
     assert row(rt, "idle")["host_bytes"] == FULL  # released, not unloaded
 
 
@@ -158,18 +158,18 @@ def test_working_memory_that_does_not_fit_is_retried_with_more_streaming_then_ca
     attempts = []
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        attempts.append(h.loaded_bytes)
-        rt.devices.account("cpu", activations)  # what the forward allocates on the device
+        attempts.append(h.resident_bytes)
+        rt.devices.meter("cpu").charge(activations)  # what the forward allocates on the device
         try:
             return h.module(x)
         finally:
-            rt.devices.account("cpu", -activations)
+            rt.devices.meter("cpu").charge(-activations)
 
     with torch.inference_mode():
         assert torch.equal(rt.manager.run("forward", forward, X, handles=[h]), expected)
     assert len(attempts) >= 2 and attempts[-1] < attempts[0]  # re-run with more streamed
     assert h.streamed_bytes > 0
-    assert rt.devices.peak("cpu") <= FULL + 2 * UNIT
+    assert rt.devices.meter("cpu").peak() <= FULL + 2 * UNIT
     attempts.clear()
     with torch.inference_mode():
         assert torch.equal(rt.manager.run("forward", forward, X, handles=[h]), expected)
@@ -183,7 +183,7 @@ def test_an_oom_that_does_not_go_away_fails_with_compute_unavailable_after_the_l
     calls = []
 
     def phase() -> None:
-        calls.append(h.loaded_bytes)
+        calls.append(h.resident_bytes)
         raise torch.OutOfMemoryError("out of memory")
 
     with pytest.raises(ComputeUnavailable) as failure:
@@ -217,7 +217,7 @@ def test_an_oom_inside_a_use_block_propagates_after_releasing_idle_models():
     rt.manager.register([a, b], owner="ab@cpu")
     with pytest.raises(torch.OutOfMemoryError), rt.manager.use(a, phase="call"):
         raise torch.OutOfMemoryError("out of memory")
-    assert b.loaded_bytes == 0 and a.loaded_bytes == FULL
+    assert b.resident_bytes == 0 and a.resident_bytes == FULL
 
 
 def test_unload_and_forget_give_memory_back_and_skip_busy_handles():
@@ -226,21 +226,21 @@ def test_unload_and_forget_give_memory_back_and_skip_busy_handles():
     rt.manager.register([a], owner="x@cpu")
     rt.manager.register([b], owner="y@cpu")
     with rt.manager.use(b):
-        assert rt.manager.unload() == ["a"]
-    assert a.loaded_bytes == 0 and b.loaded_bytes == FULL
-    assert rt.manager.unload("y@cpu") == ["b"]
-    assert rt.manager.unload("nobody") == []
+        assert rt.manager.offload() == ["a"]
+    assert a.resident_bytes == 0 and b.resident_bytes == FULL
+    assert rt.manager.offload("y@cpu") == ["b"]
+    assert rt.manager.offload("nobody") == []
     run(rt, b)
     assert rt.manager.forget("y@cpu") == ["b"]
     assert in_use(rt) == 0
-    assert [r["name"] for r in rt.manager.loaded()] == ["a"]
+    assert [r["name"] for r in rt.manager.residency()] == ["a"]
 
 
-def test_release_after_oom_unloads_idle_models_on_accelerators_only():
+def test_release_idle_gives_back_every_idle_byte_on_the_device():
     rt = simulated(3 * FULL)
     a = handle("a")
     rt.manager.register([a], owner="a@cpu")
-    assert rt.manager.release_after_oom() == ["a"]
+    assert rt.manager.release_idle("cpu") == ["a"]
     assert in_use(rt) == 0
 
 
@@ -266,9 +266,8 @@ def test_headroom_and_staging_slots_come_from_the_settings():
     ],
 )
 def test_bad_memory_settings_are_invalid_requests_naming_the_key(settings: dict[str, object]):
-    rt = simulated(FULL, **settings)
     with pytest.raises(InvalidRequest) as failure:
-        rt.manager.register([handle()], owner="m@cpu")
+        simulated(FULL, **settings)
     assert failure.value.detail["field"] == next(iter(settings))
 
 
@@ -289,14 +288,14 @@ def test_a_context_without_a_manager_just_runs():
 
 def test_a_simulated_device_fails_an_allocation_over_its_total_and_keeps_a_peak():
     devices = Runtime(simulate={"cpu": 1000}).devices
-    devices.account("cpu", 600)
+    devices.meter("cpu").charge(600)
     with pytest.raises(torch.OutOfMemoryError, match="simulated cpu"):
-        devices.account("cpu", 500)
+        devices.meter("cpu").charge(500)
     assert devices.memory("cpu") == (400, 1000)  # the failed allocation counted nothing
-    devices.account("cpu", -600)
-    assert devices.peak("cpu") == 600
-    devices.reset_peak("cpu")
-    assert devices.peak("cpu") == 0
+    devices.meter("cpu").charge(-600)
+    assert devices.meter("cpu").peak() == 600
+    devices.meter("cpu").reset_peak()
+    assert devices.meter("cpu").peak() == 0
 
 
 def test_a_held_handle_is_busy_between_phases_and_placed_from_any_thread():
@@ -309,8 +308,7 @@ def test_a_held_handle_is_busy_between_phases_and_placed_from_any_thread():
     with rt.manager.hold(a):
         assert row(rt, "a")["state"] == "busy"
         assert rt.manager.release_idle("cpu") == ["b"]
-        assert rt.manager.release_after_oom() == []
-        assert a.loaded_bytes == FULL
+        assert a.resident_bytes == FULL
         outputs = []
         worker = threading.Thread(target=lambda: outputs.append(run(rt, a)))
         worker.start()
@@ -332,3 +330,18 @@ def test_a_module_is_found_by_its_handle_and_a_stranger_is_refused():
         rt.manager.hold(stranger),
     ):
         pass
+
+
+def test_the_previous_names_warn_and_still_work():
+    rt = simulated(3 * FULL)
+    a = handle("a")
+    rt.manager.register([a], owner="a@cpu")
+    with pytest.warns(DeprecationWarning, match="resident_bytes"):
+        assert a.loaded_bytes == FULL
+    with pytest.warns(DeprecationWarning, match="residency"):
+        assert [r["name"] for r in rt.manager.loaded()] == ["a"]
+    with pytest.warns(DeprecationWarning, match="offload"):
+        assert rt.manager.unload() == ["a"]
+    with pytest.warns(DeprecationWarning, match="charge"):
+        rt.devices.account("cpu", 10)
+    assert in_use(rt) == 10

@@ -37,8 +37,8 @@ models = st.lists(st.tuples(st.integers(1, 6), st.sampled_from([4, 8, 12])), min
 def consistent(rt: Runtime, handles: list[ModelHandle]) -> None:
     free, total = rt.devices.memory("cpu")
     staging = rt.manager.streamer("cpu").staging_bytes
-    assert total - free == sum(h.loaded_bytes for h in handles) + staging
-    assert rt.devices.peak("cpu") <= total
+    assert total - free == sum(h.resident_bytes for h in handles) + staging
+    assert rt.devices.meter("cpu").peak() <= total
 
 
 def forward(rt: Runtime, h: ModelHandle, activations: int) -> torch.Tensor:
@@ -46,11 +46,11 @@ def forward(rt: Runtime, h: ModelHandle, activations: int) -> torch.Tensor:
     x = torch.linspace(-1, 1, 3 * width).view(3, width)
 
     def phase() -> torch.Tensor:
-        rt.devices.account("cpu", activations)
+        rt.devices.meter("cpu").charge(activations)
         try:
             return h.module(x)
         finally:
-            rt.devices.account("cpu", -activations)
+            rt.devices.meter("cpu").charge(-activations)
 
     with torch.inference_mode():
         return rt.manager.run("forward", phase, handles=[h], working_bytes=activations)
@@ -102,7 +102,7 @@ def test_more_budget_never_leaves_fewer_bytes_resident(blocks, width, budgets, i
         rt.manager.register([h], owner="m@cpu")
         with contextlib.suppress(ComputeUnavailable):
             forward(rt, h, 0)
-        resident.append(h.loaded_bytes)
+        resident.append(h.resident_bytes)
     assert resident == sorted(resident)
 
 
@@ -115,7 +115,7 @@ def test_the_ladder_always_ends_within_its_bound(blocks, width, share):
     calls = []
 
     def phase() -> None:
-        calls.append(h.loaded_bytes)
+        calls.append(h.resident_bytes)
         raise torch.OutOfMemoryError("out of memory")
 
     try:
@@ -148,8 +148,7 @@ def test_a_handle_in_use_is_never_evicted(shapes, share, phases):
                     forward(rt, handles[1 + which % (len(handles) - 1)], activations)
                 assert [p.state for p in held.parts] == states
                 rt.manager.release_idle("cpu")
-                rt.manager.release_after_oom()
-                rt.manager.unload()
+                rt.manager.offload()
                 assert [p.state for p in held.parts] == states
     except ComputeUnavailable:
         pass  # the held model itself did not fit

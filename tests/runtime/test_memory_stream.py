@@ -25,7 +25,7 @@ def streamed(blocks: int = 4, which: tuple[int, ...] = (1, 3)):
     for index in which:
         handle.move(handle.unit_parts[index], STREAMED)
     devices = DeviceService(simulate={"cpu": 1 << 20})
-    return model, handle, devices, Streamer("cpu", devices)
+    return model, handle, devices, Streamer(devices.meter("cpu"))
 
 
 def test_slots_are_counted_on_the_device_and_reused_when_the_plan_repeats():
@@ -43,7 +43,7 @@ def test_slots_that_do_not_fit_fail_as_a_real_allocation_would():
     _, handle, _, _ = streamed()
     devices = DeviceService(simulate={"cpu": 100})
     with pytest.raises(torch.OutOfMemoryError):
-        Streamer("cpu", devices).configure(2, stage_bytes(handle.unit_parts[1]))
+        Streamer(devices.meter("cpu")).configure(2, stage_bytes(handle.unit_parts[1]))
     assert devices.memory("cpu") == (100, 100)
 
 
@@ -97,9 +97,9 @@ def test_one_slot_streams_without_prefetch_and_gives_the_same_output():
         expected = model(x)
     streamer.configure(1, stage_bytes(handle.unit_parts[0]))
     streamer.attach(handle)
-    with torch.inference_mode():
+    with torch.inference_mode(), HostCopies(handle.unit_parts) as copies:
         assert torch.equal(model(x), expected)
-    assert streamer.copies == 4
+    assert copies.count == 4
 
 
 def test_an_exception_inside_a_streamed_unit_still_restores_its_host_tensor():

@@ -81,7 +81,7 @@ def test_generation_with_streamed_layers_is_bitwise_the_resident_generation(
     assert torch.equal(out.tokens, expected.tokens)
     assert torch.equal(out.logits, expected.logits)
     free, total = rt.devices.memory("cpu")
-    assert rt.devices.peak("cpu") <= total and free >= 0
+    assert rt.devices.meter("cpu").peak() <= total and free >= 0
 
 
 def test_a_plain_decode_loop_with_a_dynamic_cache_streams_bitwise():
@@ -138,7 +138,7 @@ def cuda_budget(rt: Runtime, h: ModelHandle, resident_layers: int) -> int:
     unit = h.unit_parts[0]
     headroom = rt.manager.policy(h.load_device).headroom
     room = h.base.nbytes + resident_layers * unit.nbytes + 2 * stage_bytes(unit) + 512
-    return free + h.loaded_bytes - headroom - room
+    return free + h.resident_bytes - headroom - room
 
 
 @pytest.mark.cuda
@@ -166,8 +166,8 @@ def test_cuda_streaming_with_pinned_copies_and_a_side_stream_is_bitwise(params: 
     assert 3 <= len(streamed) <= 5  # about two of six layers fit beside the slots
     assert all(t.device.type == "cpu" and t.is_pinned() for p in streamed for t in p.tensors)
     assert torch.equal(out.tokens, expected.tokens) and torch.equal(out.logits, expected.logits)
-    rt.manager.unload()
-    assert h.loaded_bytes == 0 and all(t.device.type == "cpu" for t in model.parameters())
+    rt.manager.offload()
+    assert h.resident_bytes == 0 and all(t.device.type == "cpu" for t in model.parameters())
 
 
 @pytest.mark.cuda
@@ -182,7 +182,7 @@ def test_cuda_injected_oom_releases_and_reruns_with_more_streaming():
     attempts = []
 
     def phase():
-        attempts.append(idle.loaded_bytes)
+        attempts.append(idle.resident_bytes)
         if len(attempts) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0")
         return generate(model, prompt("cuda"), SAMPLED, max_new_tokens=16, output_logits=True)
@@ -192,7 +192,7 @@ def test_cuda_injected_oom_releases_and_reruns_with_more_streaming():
         out = ctx.run("generate", phase, handles=[h])
     assert torch.equal(out.tokens, expected.tokens) and torch.equal(out.logits, expected.logits)
     assert attempts[0] == idle.size_bytes and attempts[1:] == [0]  # released, then one re-run
-    assert idle.loaded_bytes == 0
+    assert idle.resident_bytes == 0
 
 
 def generated_on_cuda(model: QwenDecoder, ctx: RequestContext):
@@ -205,7 +205,7 @@ def test_a_handle_on_cuda_without_an_index_names_its_device_as_its_tensors_do():
     model = decoder(layers=2, device="cuda")
     h = ModelHandle(model, name="tiny:decoder", load_device="cuda")
     assert h.load_device == f"cuda:{torch.cuda.current_device()}"
-    assert h.loaded_bytes == h.size_bytes
+    assert h.resident_bytes == h.size_bytes
 
 
 def test_cuda_graphs_are_not_captured_over_streamed_layers():

@@ -147,7 +147,7 @@ def test_concurrent_calls_compute_what_serial_calls_compute_and_change_no_weight
         for name, tensor in h.module.state_dict().items():
             assert torch.equal(tensor, before[name]), f"{h.name}.{name} changed"
     free, total = rt.devices.memory("cpu")
-    assert total - free == sum(h.loaded_bytes for h in handles) + streamer.staging_bytes
+    assert total - free == sum(h.resident_bytes for h in handles) + streamer.staging_bytes
     for index, h in enumerate(handles):  # serial calls after: still exact
         for seed in range(2):
             out = rt.manager.run("forward", compute, h, inputs(h, seed), handles=[h])
@@ -160,7 +160,7 @@ def test_a_unit_entered_twice_at_once_keeps_its_weights():
     for part in handle.unit_parts:
         handle.move(part, STREAMED)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    streamer = Streamer("cpu", DeviceService(simulate={"cpu": 1 << 20}))
+    streamer = Streamer(DeviceService(simulate={"cpu": 1 << 20}).meter("cpu"))
     streamer.configure(2, stage_bytes(handle.unit_parts[0]))
     streamer.attach(handle)
     first, last = handle.unit_parts[0], handle.unit_parts[3]
@@ -181,7 +181,7 @@ def test_an_exit_without_an_enter_on_that_thread_leaves_the_unit_to_its_runner()
     part = handle.unit_parts[0]
     handle.move(part, STREAMED)
     host = model.blocks[0].weight.data_ptr()
-    streamer = Streamer("cpu", DeviceService(simulate={"cpu": 1 << 20}))
+    streamer = Streamer(DeviceService(simulate={"cpu": 1 << 20}).meter("cpu"))
     streamer.configure(1, stage_bytes(part))
     streamer.attach(handle)
     streamer.enter(part)
@@ -199,7 +199,7 @@ def test_a_call_waiting_for_a_slot_gets_it_when_the_runner_leaves():
     first, second = handle.unit_parts
     handle.move(first, STREAMED)
     handle.move(second, STREAMED)
-    streamer = Streamer("cpu", DeviceService(simulate={"cpu": 1 << 20}))
+    streamer = Streamer(DeviceService(simulate={"cpu": 1 << 20}).meter("cpu"))
     streamer.configure(1, stage_bytes(first))
     streamer.attach(handle)
     streamer.enter(first)
@@ -223,7 +223,7 @@ def test_a_call_waiting_for_a_slot_stops_when_it_is_cancelled():
     first, second = handle.unit_parts
     handle.move(first, STREAMED)
     handle.move(second, STREAMED)
-    streamer = Streamer("cpu", DeviceService(simulate={"cpu": 1 << 20}))
+    streamer = Streamer(DeviceService(simulate={"cpu": 1 << 20}).meter("cpu"))
     streamer.configure(1, stage_bytes(first))
     streamer.attach(handle)
     streamer.enter(first)
@@ -264,7 +264,7 @@ def test_two_calls_waiting_for_the_same_unit_share_it_and_keep_its_weights():
         handle.move(part, STREAMED)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     first, middle, last = handle.unit_parts
-    streamer = Streamer("cpu", DeviceService(simulate={"cpu": 1 << 20}))
+    streamer = Streamer(DeviceService(simulate={"cpu": 1 << 20}).meter("cpu"))
     streamer.configure(2, stage_bytes(first))
     streamer.attach(handle)
     streamer.enter(first)
@@ -305,7 +305,7 @@ def test_units_nested_in_units_with_too_few_slots_fail_at_once_naming_the_settin
     first, second = handle.unit_parts
     handle.move(first, STREAMED)
     handle.move(second, STREAMED)
-    streamer = Streamer("cpu", DeviceService(simulate={"cpu": 1 << 20}))
+    streamer = Streamer(DeviceService(simulate={"cpu": 1 << 20}).meter("cpu"))
     streamer.configure(1, stage_bytes(first))
     streamer.attach(handle)
     streamer.enter(first)

@@ -194,6 +194,6 @@ def test_each_load_has_its_own_owner_and_unloads_by_it(memo):
     first = service.loaded("memo", "a", options={"variant_of_test": 1})
     second = service.loaded("memo", "a", options={"variant_of_test": 2})
     assert first.owner == 'memo/a@cpu[float32 {"variant_of_test": 1}]'
-    assert {r["owner"] for r in service.runtime.manager.loaded()} == {first.owner, second.owner}
+    assert {r["owner"] for r in service.runtime.manager.residency()} == {first.owner, second.owner}
     assert service.unload(second.owner) == ["memo/a@cpu"]
     assert [m["owner"] for m in service.loaded_models()] == [first.owner]

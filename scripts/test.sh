@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 ruff check .
 ruff format --check .
+lint-imports --no-cache
 mkdocs build --strict --quiet
 status=0
 python -m pytest "$@" || status=$?

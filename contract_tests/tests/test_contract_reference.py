@@ -24,4 +24,4 @@ def test_every_check_has_a_stable_dotted_id_a_rule_a_reason_and_a_fix():
         family, _, name = check.id.partition(".")
         assert family and name and check.id == check.id.lower()
         assert check.rule.endswith(".") and check.why and check.fix
-        assert check.tier in ("core", "streaming", "gpu")
+        assert check.tier in ("core", "streaming")

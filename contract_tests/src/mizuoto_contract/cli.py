@@ -104,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from mizuoto_contract.runner import ContractUsageError, checks_by_id, engines_for, run_contract
+    from mizuoto_contract.outcome import ContractUsageError
+    from mizuoto_contract.runner import checks_by_id, engines_for, run_contract
     from mizuoto_sdk.host import Discovery
 
     discovery = Discovery()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from mizuoto_contract.subject import SEED
 from mizuoto_sdk import CancelledError, OperationTimeoutError
 from mizuoto_sdk.host import EngineRequest
 
@@ -187,7 +188,6 @@ def interrupt_host(subject: Subject, handle: LocalHandle) -> Interrupted:
     still arrive after it; the stream must end in CancelledError within the bound. A stream that
     ran to its end before the cancel was forwarded (a busy machine) is tried again.
     """
-    from mizuoto_contract.subject import SEED
     from mizuoto_sdk.host.calls import WATCH_INTERVAL
 
     for _ in range(_HOST_TRIES):

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_contract import zygote
-from mizuoto_contract.subject import child_environment
+from mizuoto_contract.interrupt import interrupt_host
+from mizuoto_contract.subject import SEED, child_environment, child_result, digest, subject_for
 
 if TYPE_CHECKING:
     from mizuoto_contract.subject import Subject
@@ -81,7 +82,6 @@ def start(subject: Subject) -> None:
 
 def report(subject: Subject) -> dict[str, Any]:
     """The isolated run's report, waiting for it if needed (starting it if nobody did)."""
-    from mizuoto_contract.subject import child_result
 
     start(subject)
     cached = subject.shared.get("isolated_report")
@@ -158,8 +158,6 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
         import torch  # noqa: F401
 
     import mizuoto_runtime.runtime  # noqa: F401
-    from mizuoto_contract.runner import subject_for
-    from mizuoto_contract.subject import SEED, digest
     from mizuoto_runtime.snapshot import snapshot
     from mizuoto_sdk.host import Discovery
 
@@ -233,7 +231,10 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
         steps: list[tuple[str, Callable[[], object]]] = [
             ("second call", lambda: subject.audio(names["handle"], SEED)),
             ("early close", lambda: subject.close_early(names["handle"])),
-            ("cancel", lambda: out.__setitem__("cancel", subject.cancel_midway(names["handle"]))),
+            (
+                "cancel",
+                lambda: out.__setitem__("cancel", interrupt_host(subject, names["handle"]).outcome),
+            ),
         ]
         for phase, body in steps:
             if not run(phase, body, *after_call):  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Checks, their outcomes, and the exceptions a check raises to say how it went."""
+"""Checks and their results."""
 
 from __future__ import annotations
 
@@ -10,25 +10,10 @@ import attrs
 if TYPE_CHECKING:
     from mizuoto_contract.subject import Subject
 
-Tier = Literal["core", "streaming", "gpu"]
+Tier = Literal["core", "streaming"]
 Status = Literal["passed", "failed", "xfail", "xpass", "skipped"]
-TIERS: tuple[str, ...] = ("core", "streaming", "gpu")
+TIERS: tuple[str, ...] = ("core", "streaming")
 STATUSES: tuple[str, ...] = ("passed", "failed", "xfail", "xpass", "skipped")
-
-
-class Fail(Exception):
-    """Raised by a check: the engine broke the rule. Say what was expected and what was seen,
-    and (``where``) the engine's own ``file:line`` when its code is at fault."""
-
-    def __init__(self, expected: str, observed: str, where: str | None = None) -> None:
-        super().__init__(f"expected {expected}; observed {observed}")
-        self.expected = expected
-        self.observed = observed
-        self.where = where
-
-
-class Skip(Exception):
-    """Raised by a check that cannot run here (no such device, nothing to compare)."""
 
 
 @attrs.frozen
@@ -46,21 +31,6 @@ class Check:
     function: Callable[[Subject], None] = attrs.field(eq=False, repr=False)
     needs: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
-
-
-class ContractViolation(AssertionError):
-    """A failed check: the rule broken, what was expected, what was seen, and how to fix it."""
-
-    def __init__(self, check: Check, expected: str, observed: str) -> None:
-        self.check_id = check.id
-        self.rule = check.rule
-        self.expected = expected
-        self.observed = observed
-        self.hint = check.fix
-        super().__init__(
-            f"[{check.id}] {check.rule}\n  expected: {expected}\n  observed: {observed}\n"
-            f"  fix: {check.fix}"
-        )
 
 
 @attrs.frozen

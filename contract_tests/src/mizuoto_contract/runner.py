@@ -7,15 +7,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mizuoto_contract import isolated
 from mizuoto_contract.checks import ALL, ISOLATED
-from mizuoto_contract.registry import Check, CheckResult, Fail, Skip
-from mizuoto_contract.subject import Subject
+from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
+from mizuoto_contract.registry import Check, CheckResult
+from mizuoto_contract.subject import Subject, subject_for
 from mizuoto_contract.trace import short_traceback
 from mizuoto_sdk.discovery import normalize_name
-from mizuoto_sdk.host import Discovery, EngineRecord
-
-
-class ContractUsageError(ValueError):
-    """The run itself is wrong: an unknown engine, check id or expected-failure id."""
+from mizuoto_sdk.host import Discovery
 
 
 def checks_by_id(ids: Iterable[str] | None = None) -> tuple[Check, ...]:
@@ -42,30 +39,6 @@ def engines_for(target: str, discovery: Discovery) -> list[str]:
         return by_distribution
     known = sorted({r.id for r in records})
     raise ContractUsageError(f"no engine or distribution {target!r}; engines: {', '.join(known)}")
-
-
-def _record(engine_id: str, discovery: Discovery) -> EngineRecord:
-    for record in discovery.records():
-        if record.id == engine_id and record.manifest is not None:
-            return record
-    raise ContractUsageError(f"no engine {engine_id!r}")
-
-
-def subject_for(
-    engine_id: str,
-    device: str = "cpu",
-    discovery: Discovery | None = None,
-    text: str | None = None,
-) -> Subject:
-    discovery = discovery or Discovery()
-    subject = Subject(engine_id, device, _record(engine_id, discovery), discovery)
-    # --text wins over the manifest's sample_text, which wins over the suite's own sentences.
-    text = subject.manifest.sample_text if text is None else text
-    if text is not None:
-        if not isinstance(text, str) or not text.strip():
-            raise ContractUsageError(f"text: expected some words to speak, got {text!r}")
-        subject.text = text
-    return subject
 
 
 def _needs_met(subject: Subject, check: Check) -> str | None:

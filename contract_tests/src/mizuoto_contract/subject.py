@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from mizuoto_contract.registry import Fail, Skip
+from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, EngineError, EngineManifest
 from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalHandle, RuntimeService
@@ -137,13 +137,6 @@ class Subject:
         except EngineError as error:
             return error
         return None
-
-    def cancel_midway(self, handle: LocalHandle) -> str:
-        """Cancel a seeded host stream while it works: ``"cancelled"`` when it ended in
-        CancelledError within the bound, else the outcome (see ``interrupt.Interrupted``)."""
-        from mizuoto_contract.interrupt import interrupt_host
-
-        return interrupt_host(self, handle).outcome
 
     @contextlib.contextmanager
     def direct(self, ctx: RequestContext) -> Iterator[None]:
@@ -296,3 +289,34 @@ def join(chunks: list[AudioChunk]) -> bytes:
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def differ(first: bytes, second: bytes) -> str:
+    """Where two float32 sample buffers part: their lengths, or the first sample that differs."""
+    if len(first) != len(second):
+        return f"{len(first) // 4} samples, then {len(second) // 4}"
+    index = next(i for i in range(0, len(first), 4) if first[i : i + 4] != second[i : i + 4])
+    return f"equal length, first difference at sample {index // 4}"
+
+
+def subject_for(
+    engine_id: str,
+    device: str = "cpu",
+    discovery: Discovery | None = None,
+    text: str | None = None,
+) -> Subject:
+    """The engine ``engine_id`` as the checks see it; an unknown engine is a usage error."""
+    discovery = discovery or Discovery()
+    record = next(
+        (r for r in discovery.records() if r.id == engine_id and r.manifest is not None), None
+    )
+    if record is None:
+        raise ContractUsageError(f"no engine {engine_id!r}")
+    subject = Subject(engine_id, device, record, discovery)
+    # --text wins over the manifest's sample_text, which wins over the suite's own sentences.
+    text = subject.manifest.sample_text if text is None else text
+    if text is not None:
+        if not isinstance(text, str) or not text.strip():
+            raise ContractUsageError(f"text: expected some words to speak, got {text!r}")
+        subject.text = text
+    return subject

@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 _LOCK = threading.Lock()
 # Held from a fork until its exit is read: the zygote answers one child at a time.
@@ -52,7 +51,7 @@ class ForkedChild:
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None and not self._zygote.read_exit(self, timeout):
-            raise subprocess.TimeoutExpired("mizuoto_contract.zygote", timeout or 0.0)
+            raise subprocess.TimeoutExpired("mizuoto_contract.forkserver", timeout or 0.0)
         assert self.returncode is not None
         return self.returncode
 
@@ -71,7 +70,7 @@ class Zygote:
         # Children inherit the server's folder: a server per folder, so no child changes its own.
         self.cwd = cwd
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "mizuoto_contract.zygote"],
+            [sys.executable, "-m", "mizuoto_contract.forkserver"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -169,62 +168,3 @@ def fork(
     except BaseException:
         _ONE_CHILD.release()
         raise
-
-
-def _child(request: dict[str, Any]) -> None:
-    """In the forked child: become the isolated run the request describes, then exit."""
-    import importlib
-    import tempfile
-
-    output = Path(request["output"])
-    with open(output / "stdout", "w") as out, open(output / "stderr", "w") as err:
-        os.dup2(out.fileno(), 1)
-        os.dup2(err.fileno(), 2)
-    with open(os.devnull) as nothing:
-        os.dup2(nothing.fileno(), 0)
-    code = 1
-    try:
-        environment = {k: v for k, v in request["env"].items() if k != "PYTHONHASHSEED"}
-        os.environ.clear()
-        os.environ.update(environment)
-        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-        sys.path[:] = request["path"]
-        importlib.invalidate_caches()
-        from mizuoto_contract import isolated
-
-        isolated.main(request["argv"])
-        code = 0
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _serve() -> None:
-    import numpy  # noqa: F401 - the imports a fresh process would repeat, done once
-
-    with contextlib.suppress(ImportError):  # where torch is not installed, torch-free engines
-        import torch  # noqa: F401
-
-    import mizuoto_contract.isolated
-    import mizuoto_contract.runner  # noqa: F401
-    import mizuoto_runtime.runtime  # noqa: F401
-
-    for line in sys.stdin:
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            _child(request)
-        sys.stdout.write(json.dumps({"pid": pid}) + "\n")
-        sys.stdout.flush()
-        _, status = os.waitpid(pid, 0)
-        sys.stdout.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    _serve()

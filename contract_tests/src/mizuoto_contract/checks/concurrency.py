@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from mizuoto_contract.registry import Fail, Skip
-from mizuoto_contract.subject import SEED, Subject, join
+from mizuoto_contract.outcome import Fail, Skip
+from mizuoto_contract.subject import SEED, Subject, differ, join
 from mizuoto_sdk.host import EngineRequest, LocalHandle
 
 _JOIN_SECONDS = 600.0
@@ -52,8 +52,6 @@ def _together(subject: Subject, handle: LocalHandle, seeds: tuple[int, ...]) -> 
 
 
 def _compare(subject: Subject, handle: LocalHandle, how: str) -> None:
-    from mizuoto_contract.checks.determinism import differ
-
     seeds = (SEED, SEED + 1)
     serial = [subject.audio(handle, seed) for seed in seeds]
     together = _together(subject, handle, seeds)
@@ -93,7 +91,7 @@ def concurrent(subject: Subject) -> None:
     streamed = subject.load(service)
     try:
         _compare(subject, streamed, f"layers streamed under a {budget:.2f} MiB budget")
-        rows = service.runtime.manager.loaded()
+        rows = service.runtime.manager.residency()
         if not any(row["streamed_bytes"] or row["host_bytes"] for row in rows):
             raise Skip(
                 f"not run with streaming: the runtime kept the whole model resident under a "

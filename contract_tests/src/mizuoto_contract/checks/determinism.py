@@ -10,15 +10,9 @@ from collections.abc import Iterator
 from mizuoto_contract import isolated
 from mizuoto_contract.checks.concurrency import concurrent
 from mizuoto_contract.checks.state import STREAM_OUTPUT
-from mizuoto_contract.registry import Check, Fail, Skip
-from mizuoto_contract.subject import SEED, Subject, digest
-
-
-def differ(first: bytes, second: bytes) -> str:
-    if len(first) != len(second):
-        return f"{len(first) // 4} samples, then {len(second) // 4}"
-    index = next(i for i in range(0, len(first), 4) if first[i : i + 4] != second[i : i + 4])
-    return f"equal length, first difference at sample {index // 4}"
+from mizuoto_contract.outcome import Fail, Skip
+from mizuoto_contract.registry import Check
+from mizuoto_contract.subject import SEED, Subject, differ, digest
 
 
 @contextlib.contextmanager

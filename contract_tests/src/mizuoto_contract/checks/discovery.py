@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mizuoto_contract.registry import Check, Fail, Skip
+from mizuoto_contract.outcome import Fail, Skip
+from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import Subject
 from mizuoto_sdk import EngineError
 from mizuoto_sdk.host import Discovery

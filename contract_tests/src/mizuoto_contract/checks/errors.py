@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import inspect
 
-from mizuoto_contract.registry import Check, Fail
+from mizuoto_contract.outcome import Fail
+from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, sample_audio
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, EngineError

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Iterator
 
 from mizuoto_contract.checks.state import load_leaves_state
-from mizuoto_contract.registry import Check, Fail, Skip
+from mizuoto_contract.outcome import Fail, Skip
+from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import NotLoadable, Subject
 from mizuoto_sdk import EngineError
 from mizuoto_sdk.manifest import device_type

@@ -9,8 +9,10 @@ import weakref
 from collections.abc import Iterator
 
 from mizuoto_contract.checks.state import STREAM_OUTPUT, phases_report
-from mizuoto_contract.registry import Check, Fail
-from mizuoto_contract.subject import SEED, Subject
+from mizuoto_contract.interrupt import interrupt_host
+from mizuoto_contract.outcome import Fail
+from mizuoto_contract.registry import Check
+from mizuoto_contract.subject import SEED, Subject, differ
 
 # Left after these phases, a process or file is a leak: later calls compare with what the first
 # call left (a worker or cache made once is allowed), unload with the start.
@@ -110,7 +112,7 @@ def _exercise(subject: Subject) -> None:
     if subject.capability is not None:
         subject.audio(handle, SEED)
         subject.close_early(handle)
-        subject.cancel_midway(handle)
+        interrupt_host(subject, handle)
     service.unload()
 
 
@@ -147,15 +149,13 @@ def no_temp_files(subject: Subject) -> None:
 def _tracked_bytes(service: object) -> int:
     """What the memory manager tracks; 0 while no engine that uses torch has started it."""
     runtime = service.started_runtime  # type: ignore[attr-defined]
-    rows = runtime.manager.loaded() if runtime is not None else []
+    rows = runtime.manager.residency() if runtime is not None else []
     return sum(
         int(r["resident_bytes"]) + int(r["streamed_bytes"]) + int(r["host_bytes"]) for r in rows
     )
 
 
 def reload(subject: Subject) -> None:
-    from mizuoto_contract.checks.determinism import differ
-
     service = subject.service()
     before = _tracked_bytes(service)
     first = subject.audio(subject.load(service), SEED)

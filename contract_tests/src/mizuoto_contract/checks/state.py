@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mizuoto_contract.isolated import PHASES, report
-from mizuoto_contract.registry import Check, Fail, Skip
+from mizuoto_contract.outcome import Fail, Skip
+from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import Subject
 from mizuoto_runtime.audit import scan_tree
 

@@ -11,8 +11,9 @@ from typing import Any
 
 from mizuoto_contract.checks.state import STREAM_OUTPUT
 from mizuoto_contract.interrupt import STOP_BOUND_SECONDS, interrupt_engine, interrupt_host
-from mizuoto_contract.registry import Check, Fail, Skip
-from mizuoto_contract.subject import SEED, Subject, join
+from mizuoto_contract.outcome import Fail, Skip
+from mizuoto_contract.registry import Check
+from mizuoto_contract.subject import SEED, Subject, differ, join
 from mizuoto_contract.trace import generator_frame
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, CancelledError, EngineError, OperationTimeoutError
@@ -161,7 +162,7 @@ def reuse_after_abort(subject: Subject) -> None:
     if subject.audio(handle, SEED) != first:
         raise Skip("not run: repeated calls already differ (see determinism.same_handle)")
     subject.close_early(handle)
-    if subject.cancel_midway(handle) != "cancelled":
+    if interrupt_host(subject, handle).outcome != "cancelled":
         raise Skip("not run: the stream cannot be cancelled (see stream.cancel)")
     if subject.audio(handle, SEED) != first:
         raise Fail(
@@ -172,8 +173,6 @@ def reuse_after_abort(subject: Subject) -> None:
 def equivalence(subject: Subject) -> None:
     """Chunks pulled one at a time, each from a thread of its own (as a server's thread pool
     does), against the whole output computed in one step by the host's ``collect``."""
-    from mizuoto_contract.checks.determinism import differ
-
     handle = subject.load()
     stream = subject.stream(handle, EngineRequest(params={"seed": SEED}))
     chunks: list[AudioChunk] = []

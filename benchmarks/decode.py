@@ -6,7 +6,7 @@ Each is decoded greedily from the same 16-token prompt:
 
 - exact: QwenDecoder with default settings (reference attention, dynamic cache), asserted to give
   transformers' tokens bit for bit;
-- fast: compute.fast, compute.attention=sdpa, compute.kv_cache=static, and torch.compile for the
+- fast: compute.attention=sdpa, compute.kv_cache=static, and torch.compile for the
   tiny model (where per-step overhead dominates); the table gives the step logits' largest
   difference from exact and whether the tokens still match.
 
@@ -32,10 +32,10 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from mizuoto_runtime.accel import features
 from mizuoto_runtime.accel.compile import compile_module
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.lm import QwenDecoder, generate
+from mizuoto_sdk import ComputeSettings
 
 CONFIGS = {
     "tiny": {
@@ -57,7 +57,7 @@ CONFIGS = {
         "head_dim": 64,
     },
 }
-FAST = {"compute.fast": True, "compute.attention": "sdpa", "compute.kv_cache": "static"}
+FAST = ComputeSettings(attention="sdpa", kv_cache="static")
 
 
 def copy_bandwidth(device: torch.device, repeats: int = 5) -> float:
@@ -176,21 +176,21 @@ def bench_model(name, directory, tokens, repeats, device, bandwidth) -> None:
                 output_logits=logits,
             )
 
-    def mine(settings: dict[str, object], decoder=ours):
+    def mine(compute: ComputeSettings, decoder=ours):
         def run(new: int, logits: bool = False):
-            ctx = RequestContext(settings=settings)
-            with ctx.bind(), features.apply(settings):
+            ctx = RequestContext(compute=compute)
+            with ctx.bind():
                 return generate(decoder, ids, max_new_tokens=new, output_logits=logits), ctx
 
         return run
 
-    exact = mine({})
+    exact = mine(ComputeSettings())
     reference = upstream(tokens, logits=True)
     result, _ = exact(tokens, logits=True)
     assert torch.equal(result.tokens, reference.sequences), "exact mode must equal transformers"
     assert all(torch.equal(a, b) for a, b in zip(result.logits, reference.logits, strict=True))
 
-    fast_settings = dict(FAST, **{"compute.compile": name == "tiny"})
+    fast_settings = FAST.replace(compile=name == "tiny")
     # cpp_wrapper: inductor's C++ launcher instead of its Python one, per call, not global
     options = {"cpp_wrapper": True} if device.type == "cpu" else None
     fast_decoder = compile_module(ours, name == "tiny", f"lm.{name}", options=options)
@@ -233,17 +233,17 @@ def graphs_row(decoder, ids, tokens, repeats, device) -> None:
     if device.type != "cuda":
         print(f"{'tiny':5} graphs  n/a: CUDA graphs need a CUDA device (this run: {device.type})")
         return
-    static = {"compute.kv_cache": "static"}
+    static = ComputeSettings(kv_cache="static")
 
-    def run(settings):
+    def run(compute: ComputeSettings):
         def call(new: int):
-            ctx = RequestContext(settings=settings)
+            ctx = RequestContext(compute=compute)
             with ctx.bind():
                 return generate(decoder, ids, max_new_tokens=new), ctx
 
         return call
 
-    eager, graphs = run(static), run(dict(static, **{"compute.cuda_graphs": True}))
+    eager, graphs = run(static), run(static.replace(cuda_graphs=True))
     (expected, _), (replayed, ctx) = eager(tokens), graphs(tokens)
     assert torch.equal(expected.tokens, replayed.tokens), "graph replay must equal eager"
     rates = decode_rate({"eager": eager, "graphs": graphs}, tokens, repeats, device)

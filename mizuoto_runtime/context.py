@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mizuoto_runtime.process import open_process, run_process
+from mizuoto_sdk.compute import ComputeSettings
 from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
 
 if TYPE_CHECKING:
@@ -92,9 +93,12 @@ def check_seed(seed: object, field: str = "params.seed") -> int | None:
 class RequestContext:
     """Everything an engine call may use besides its inputs.
 
-    ``applied`` records the settings and fallbacks that were actually used, ``warnings`` what the
-    caller should know, ``timings`` named durations in seconds; the host copies all three back to
-    the request when the call ends.
+    ``compute`` is the call's compute settings (``ctx.compute.kv_cache``), typed and checked: the
+    host passes them; without them they come from the ``compute.*`` keys of ``settings`` (an
+    unknown one is an InvalidRequest), defaults elsewhere. ``settings`` holds the host's other
+    settings as dotted keys (``voices.roots``). ``applied`` records the settings and fallbacks
+    that were actually used, ``warnings`` what the caller should know, ``timings`` named durations
+    in seconds; the host copies all three back to the request when the call ends.
     """
 
     def __init__(
@@ -106,8 +110,14 @@ class RequestContext:
         progress: ProgressCallback | None = None,
         text_input: queue.Queue[str | None] | None = None,
         manager: Residency | None = None,
+        compute: ComputeSettings | None = None,
     ) -> None:
         chosen = check_seed(seed)
+        if compute is None:
+            compute = ComputeSettings.from_settings(settings or {})
+        elif not isinstance(compute, ComputeSettings):
+            raise TypeError(f"compute: expected ComputeSettings, got {type(compute).__name__}")
+        self.compute: ComputeSettings = compute
         self.seed: int = secrets.randbits(63) if chosen is None else chosen
         self.params: Mapping[str, object] = MappingProxyType(dict(params or {}))
         self.settings: Mapping[str, object] = MappingProxyType(dict(settings or {}))

@@ -8,16 +8,16 @@ from typing import Any
 
 from mizuoto_runtime.devices.device import DeviceService
 from mizuoto_runtime.memory.manager import ModelManager
-from mizuoto_runtime.memory.policy import SettingsLike
-from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_runtime.memory.policy import SettingsLike, compute_of
 
 
 class Runtime:
     """What every engine in the process shares. The host creates one, on the first load.
 
     ``simulate`` is passed to the DeviceService (``{"cpu": bytes}`` makes the CPU play a GPU);
-    without it, the setting ``compute.simulate_vram_mb`` does the same. ``settings`` (anything
-    with ``get(key, default)``) is read by the memory manager's policy at each model load.
+    without it, the setting ``compute.simulate_vram_mb`` does the same. ``settings``: the compute
+    settings, as a ``ComputeSettings``, something holding the current one (the host's
+    ``Settings``: the memory manager's policy reads it again at each model load) or dotted keys.
     """
 
     def __init__(
@@ -27,10 +27,9 @@ class Runtime:
 
         self._torch = torch
         self.torch_version: str = torch.__version__
-        if simulate is None and settings is not None:
-            megabytes = settings.get("compute.simulate_vram_mb")
-            if megabytes is not None:
-                simulate = {"cpu": _simulated_bytes(megabytes)}
+        megabytes = compute_of(settings).simulate_vram_mb
+        if simulate is None and megabytes is not None:
+            simulate = {"cpu": int(megabytes * 2**20)}
         self.devices = DeviceService(simulate=simulate)
         self.manager = ModelManager(self.devices, settings)
 
@@ -55,12 +54,3 @@ class Runtime:
 
     def is_oom(self, error: BaseException) -> bool:
         return self.devices.is_oom(error)
-
-
-def _simulated_bytes(megabytes: object) -> int:
-    if isinstance(megabytes, bool) or not isinstance(megabytes, int | float) or megabytes <= 0:
-        raise InvalidRequest(
-            f"compute.simulate_vram_mb: expected a number of MiB > 0, got {megabytes!r}",
-            {"field": "compute.simulate_vram_mb"},
-        )
-    return int(megabytes * 2**20)

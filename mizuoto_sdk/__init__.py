@@ -15,6 +15,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING
 
+from mizuoto_sdk.compute import ComputeSettings
 from mizuoto_sdk.engine import Engine, LoadedEngine
 from mizuoto_sdk.errors import (
     ERROR_CODES,
@@ -46,6 +47,7 @@ __all__ = [
     "ERROR_CODES",
     "AudioChunk",
     "CancelledError",
+    "ComputeSettings",
     "ComputeUnavailable",
     "Engine",
     "EngineError",

@@ -1,11 +1,10 @@
-"""Attention and hardware switches: every attention call in the runtime goes through here.
+"""Attention: every attention call in the runtime goes through here.
 
 ``attention(q, k, v, site=SITE, ...)`` runs upstream's exact computation at ``SITE`` under
-``compute.attention = "auto"`` and lets the other policies pick a faster kernel;
-``features.apply`` scopes the torch.backends switches that ``compute.fast`` asks for.
+``compute.attention = "auto"`` and lets the other policies pick a faster kernel. Nothing in the
+runtime sets torch.backends switches: they are process-wide, and calls run concurrently.
 """
 
-from mizuoto_runtime.accel import features
 from mizuoto_runtime.accel.kernels import KERNELS, AttentionCall, Kernel, installed
 from mizuoto_runtime.accel.policy import POLICIES, attention, policy_of
 from mizuoto_runtime.accel.sites import MaskInfo, Site, sdpa_reference
@@ -18,7 +17,6 @@ __all__ = [
     "MaskInfo",
     "Site",
     "attention",
-    "features",
     "installed",
     "policy_of",
     "sdpa_reference",

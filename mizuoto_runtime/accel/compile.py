@@ -102,10 +102,10 @@ def compile_module(
     backend: str | Callable[..., Any] = "inductor",
     options: dict[str, Any] | None = None,
 ) -> torch.nn.Module | Compiled:
-    """``module`` compiled (``enabled``, normally the request's ``compute.compile``), else itself.
+    """``module`` compiled when ``enabled`` (normally the request's ``ctx.compute.compile``).
 
-    ``name`` labels the module in ``applied`` and warnings. ``backend`` and ``options`` go to
-    ``torch.compile`` (per call, never through global config).
+    Otherwise the module itself. ``name`` labels the module in ``applied`` and warnings.
+    ``backend`` and ``options`` go to ``torch.compile`` (per call, never through global config).
     """
     if not enabled:
         return module

@@ -1,6 +1,6 @@
 """``attention()``: the one way runtime code runs attention, and the policy that picks its kernel.
 
-``compute.attention`` (from the bound request's settings) chooses:
+``compute.attention`` (the bound request's ``ctx.compute.attention``) chooses:
 
 - ``auto`` (default, and whenever no request is bound): the site's reference, upstream's exact
   call, so results equal upstream bit for bit;
@@ -23,6 +23,7 @@ from mizuoto_runtime.accel.kernels import KERNELS, AttentionCall, installed
 from mizuoto_runtime.accel.sites import MaskInfo, Site
 from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.devices.device import is_oom
+from mizuoto_sdk.compute import ComputeSettings
 
 __all__ = ["POLICIES", "attention", "policy_of"]
 
@@ -36,14 +37,12 @@ POLICIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "sage": ("sage", "sdpa", "math"),
     }
 )
-SETTING = "compute.attention"
+SETTING = "compute.attention"  # its name, for messages
 
 
 def policy_of(ctx: RequestContext | None) -> str:
-    """The attention policy of a request (``auto`` when none is bound or none is set)."""
-    if ctx is None:
-        return "auto"
-    return str(ctx.settings.get(SETTING, "auto"))
+    """The attention policy of a request (the default, ``auto``, when none is bound)."""
+    return ComputeSettings().attention if ctx is None else ctx.compute.attention
 
 
 def _record(ctx: RequestContext, site: Site, kernel: str) -> None:
@@ -103,11 +102,7 @@ def attention(
             _record(ctx, site, "reference")
         return _reference(site, call)
     assert ctx is not None
-    candidates = POLICIES.get(policy)
-    if candidates is None:
-        _warn_once(ctx, f"{SETTING}={policy!r} is not a policy; ran the reference at {site.name}")
-        _record(ctx, site, "reference")
-        return _reference(site, call)
+    candidates = POLICIES[policy]  # ComputeSettings admits only these and auto
     passed_over: list[str] = []
     for name in candidates:
         kernel = KERNELS[name]

@@ -5,9 +5,10 @@ e.g. ``lm.memory.peak_bytes``) or a share of the weights, and is replaced by wha
 measured to need: the peak allocation above the placed weights, per model set, device, phase
 and shape bucket, times a margin. A phase that ran out of memory doubles its figure, so the next
 request plans with more room instead of failing the same way. The numbers come from the compute
-settings each time a model loads; the measurements (``Calibration``) outlive the policy.
+settings (``ComputeSettings``) each time a model loads; the measurements (``Calibration``) outlive
+the policy.
 
-Settings (all optional):
+Settings (all optional; None takes the default):
 
 - ``compute.vram_headroom_mb``: memory always left free on a device for other processes and
   the allocator's fragmentation. Default: 5 % of the device, at most 1 GiB; 0 on a simulated one.
@@ -22,11 +23,11 @@ import contextlib
 import math
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_sdk.compute import ComputeSettings
 
 if TYPE_CHECKING:
     from mizuoto_runtime.devices.device import DeviceService
@@ -40,6 +41,7 @@ __all__ = [
     "SettingsLike",
     "VramPolicy",
     "choose_resident",
+    "compute_of",
     "eviction_order",
     "failing_device",
     "shape_bucket",
@@ -54,8 +56,27 @@ _HEADROOM_CAP = 1024 * _MIB
 _UNKNOWN_WORKING_SHARE = 0.1  # of the weights, for a phase nobody estimated or measured yet
 
 
-class SettingsLike(Protocol):
-    def get(self, key: str, default: object = None) -> object: ...
+class HasCompute(Protocol):
+    """Anything that holds the current compute settings: the host's ``Settings``, a context."""
+
+    @property
+    def compute(self) -> ComputeSettings: ...
+
+
+# What the runtime may be given: the typed value, a live source of it (read again at each load, so
+# a changed setting applies to the next model), or dotted settings (``{"compute.x": ...}``).
+SettingsLike = ComputeSettings | HasCompute | Mapping[str, object]
+
+
+def compute_of(settings: SettingsLike | None) -> ComputeSettings:
+    """The compute settings ``settings`` holds now (the defaults for None)."""
+    if settings is None:
+        return ComputeSettings()
+    if isinstance(settings, ComputeSettings):
+        return settings
+    if isinstance(settings, Mapping):
+        return ComputeSettings.from_settings(settings)
+    return settings.compute
 
 
 @dataclass(frozen=True)
@@ -75,14 +96,13 @@ class VramPolicy:
         cls, settings: SettingsLike | None, *, total: int, simulated: bool = False
     ) -> VramPolicy:
         """The policy the compute settings give for a device of ``total`` bytes."""
-        get = settings.get if settings is not None else (lambda key, default=None: default)
-        headroom_mb = _number(get("compute.vram_headroom_mb"), "compute.vram_headroom_mb", 0)
+        compute = compute_of(settings)
+        headroom_mb, in_flight = compute.vram_headroom_mb, compute.stream_in_flight
+        margin = compute.working_margin
         if headroom_mb is None:
             headroom = 0 if simulated else min(int(total * _HEADROOM_SHARE), _HEADROOM_CAP)
         else:
             headroom = int(headroom_mb * _MIB)
-        in_flight = _number(get("compute.stream_in_flight"), "compute.stream_in_flight", 1)
-        margin = _number(get("compute.working_margin"), "compute.working_margin", 1)
         return cls(
             headroom=headroom,
             in_flight=2 if in_flight is None else int(in_flight),
@@ -332,13 +352,3 @@ def shape_bucket(shape: Sequence[int] | None) -> tuple[int, ...] | None:
     if shape is None:
         return None
     return tuple(1 << max(0, math.ceil(math.log2(max(int(d), 1)))) for d in shape)
-
-
-def _number(value: object, field: str, minimum: float) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-        raise InvalidRequest(
-            f"{field}: expected a number >= {minimum}, got {value!r}", {"field": field}
-        )
-    return float(value)

@@ -1,6 +1,8 @@
 """Host settings as dotted keys, validated when they are set.
 
-``compute.*`` keys shape how every engine runs; ``engines.<id>.*`` keys belong to one engine, and
+``compute.*`` keys shape how every engine runs; they are the fields of ``ComputeSettings``
+(``mizuoto_sdk.compute``), which holds their defaults and checks, and every call reads them as
+``ctx.compute``. ``engines.<id>.*`` keys belong to one engine, and
 changing one unloads that engine so the next request reloads it with the new value.
 ``voices.roots`` names the folders a voice may be read from.
 
@@ -11,62 +13,15 @@ fails later in a load.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mizuoto_sdk.compute import ATTENTION_POLICIES, ComputeSettings
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.manifest import canonical_dtype, device_type
-
-
-def _positive_int_or_none(key: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidRequest(
-            f"{key}: expected an integer >= 1 or None, got {value!r}", {"field": key}
-        )
-    return value
-
-
-def _finite(value: float) -> bool:
-    """Whether ``value`` is a float that is not inf or NaN (an int too large for one is not)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
-def _number_or_none(
-    what: str, minimum: float, *, exclusive: bool = False, least: tuple[float, str] | None = None
-) -> Callable[[str, object], float | None]:
-    """A check for None or a finite real number >= ``minimum`` (> with ``exclusive``).
-
-    ``least`` = (value, words) adds a smallest usable value that the bound alone does not say
-    (a simulated device of 1e-9 MiB is > 0 but holds no byte).
-    """
-    bound = f"{'>' if exclusive else '>='} {minimum:g}"
-    if least is not None:
-        bound += f" (at least {least[1]})"
-
-    def check(key: str, value: object) -> float | None:
-        if value is None:
-            return None
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if (
-            not number
-            or not _finite(value)  # type: ignore[arg-type]
-            or not (value > minimum if exclusive else value >= minimum)  # type: ignore[operator]
-            or (least is not None and value < least[0])  # type: ignore[operator]
-        ):
-            raise InvalidRequest(
-                f"{key}: expected {what} {bound}, finite, or None, got {value!r}", {"field": key}
-            )
-        return value  # type: ignore[return-value]
-
-    return check
 
 
 def _device(key: str, value: object) -> str:
@@ -119,38 +74,9 @@ def _folders(key: str, value: object) -> tuple[str, ...]:
     return tuple(os.path.abspath(os.fspath(item)) for item in items)
 
 
-def _choice(*allowed: str) -> Callable[[str, object], str]:
-    def check(key: str, value: object) -> str:
-        if value not in allowed:
-            raise InvalidRequest(
-                f"{key}: expected one of {', '.join(allowed)}, got {value!r}", {"field": key}
-            )
-        return value  # type: ignore[return-value]
-
-    return check
-
-
-ATTENTION_POLICIES = ("auto", "sdpa", "math", "flash", "xformers", "sage")
-
-COMPUTE_KEYS: Mapping[str, Callable[[str, object], object]] = {
-    "compute.max_resident_models": _positive_int_or_none,
-    "compute.attention": _choice(*ATTENTION_POLICIES),
-    "compute.kv_cache": _choice("dynamic", "static"),
-    "compute.compile": _boolean,
-    "compute.cuda_graphs": _boolean,
-    "compute.fast": _boolean,
-    # Memory management (mizuoto_runtime.memory.policy): simulate_vram_mb when the runtime is created
-    # (the first load), the others each time a model registers on a device.
-    "compute.simulate_vram_mb": _number_or_none(
-        "a number of MiB", 0, exclusive=True, least=(2**-20, "one byte, 2**-20")
-    ),
-    "compute.vram_headroom_mb": _number_or_none("a number of MiB", 0),
-    "compute.stream_in_flight": _positive_int_or_none,
-    "compute.working_margin": _number_or_none("a factor", 1),
-    # Folders that params["voice"] may name voices in, besides each engine's own (engines read
-    # it from ctx.settings; see docs/host/settings.md).
-    "voices.roots": _folders,
-}
+# Settings besides compute.*: folders that params["voice"] may name voices in, besides each
+# engine's own (engines read it from ctx.settings; see docs/host/settings.md).
+OTHER_KEYS: Mapping[str, Callable[[str, object], object]] = {"voices.roots": _folders}
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
     "dtype": _dtype,
@@ -159,32 +85,36 @@ ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "options": _mapping,
     "pinned": _boolean,
 }
-DEFAULTS: Mapping[str, object] = {
-    "compute.max_resident_models": None,
-    "compute.attention": "auto",
-    "compute.kv_cache": "dynamic",
-    "compute.compile": False,
-    "compute.cuda_graphs": False,
-    "compute.fast": False,
-    "compute.simulate_vram_mb": None,
-    "compute.vram_headroom_mb": None,
-    "compute.stream_in_flight": None,
-    "compute.working_margin": None,
-    "voices.roots": (),
-}
+DEFAULTS: Mapping[str, object] = {**ComputeSettings().as_settings(), "voices.roots": ()}
+
+__all__ = ["ATTENTION_POLICIES", "DEFAULTS", "ENGINE_FIELDS", "OTHER_KEYS", "Settings"]
 
 Listener = Callable[[str, object], None]
 
 
 class Settings:
-    """A validated mapping of dotted keys, with listeners told of every change."""
+    """A validated mapping of dotted keys, with listeners told of every change.
+
+    ``compute`` is the ``compute.*`` keys as one ``ComputeSettings``. A retired key
+    (``compute.fast``) warns (DeprecationWarning) and is not stored.
+    """
 
     def __init__(self, values: Mapping[str, object] | None = None) -> None:
         self._values: dict[str, object] = dict(DEFAULTS)
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
+        self._compute: ComputeSettings | None = None
         for key, value in (values or {}).items():
-            self._values[key] = self._validate(key, value)
+            if self._known(key):
+                self._values[key] = self._validate(key, value)
+
+    @property
+    def compute(self) -> ComputeSettings:
+        """The current ``compute.*`` values, typed (a new object after each change)."""
+        with self._lock:
+            if self._compute is None:
+                self._compute = ComputeSettings.from_settings(self._values)
+            return self._compute
 
     def get(self, key: str, default: object = None) -> Any:
         return self._values.get(key, default)
@@ -194,10 +124,14 @@ class Settings:
 
     def set(self, key: str, value: object) -> None:
         """Validate and store ``value``; listeners hear of it only when it changed."""
+        if not self._known(key):
+            return
         value = self._validate(key, value)
         with self._lock:
             changed = self._values.get(key) != value
             self._values[key] = value
+            if changed and key in DEFAULTS:
+                self._compute = None
             listeners = list(self._listeners)
         if changed:
             for listener in listeners:
@@ -210,15 +144,30 @@ class Settings:
         return dict(self._values)
 
     @staticmethod
+    def _known(key: object) -> bool:
+        """False for a retired ``compute.*`` key, after warning that it is ignored."""
+        if (why := ComputeSettings.retired(key)) is not None:
+            warnings.warn(why, DeprecationWarning, stacklevel=3)
+            return False
+        return True
+
+    @staticmethod
     def _validate(key: str, value: object) -> object:
         if not isinstance(key, str):
             raise InvalidRequest(f"setting keys are strings, got {key!r}", {"field": str(key)})
-        if key in COMPUTE_KEYS:
-            return COMPUTE_KEYS[key](key, value)
+        name = ComputeSettings.field_of(key)
+        if name is not None:
+            return getattr(ComputeSettings(**{name: value}), name)
+        if key in OTHER_KEYS:
+            return OTHER_KEYS[key](key, value)
         parts = key.split(".")
         if len(parts) == 3 and parts[0] == "engines" and parts[2] in ENGINE_FIELDS:
             return ENGINE_FIELDS[parts[2]](key, value)
-        known = [*COMPUTE_KEYS, *(f"engines.<id>.{f}" for f in ENGINE_FIELDS)]
+        known = [
+            *(f"compute.{name}" for name in ComputeSettings.names()),
+            *OTHER_KEYS,
+            *(f"engines.<id>.{f}" for f in ENGINE_FIELDS),
+        ]
         raise InvalidRequest(
             f"unknown setting {key!r}; known settings: {', '.join(known)}", {"field": key}
         )

@@ -1,5 +1,4 @@
-"""accel.attention: the reference under "auto", policies with checks and recorded fallbacks, and
-features.apply, which sets torch.backends switches for a block and puts them back."""
+"""accel.attention: the reference under "auto", and policies with checks and recorded fallbacks."""
 
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ import torch
 from mizuoto_runtime import accel
 from mizuoto_runtime.accel import KERNELS, AttentionCall, Kernel, MaskInfo, Site, attention
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.snapshot import snapshot
+from mizuoto_sdk import ComputeSettings, InvalidRequest
+from mizuoto_sdk.compute import ATTENTION_POLICIES
 
 SITE = Site("test.attention")
 
@@ -25,7 +25,7 @@ def tensors(batch=2, heads=4, kv_heads=2, length=5, keys=7, dim=16, dtype=torch.
 
 
 def in_context(policy: str, fn):
-    ctx = RequestContext(settings={"compute.attention": policy})
+    ctx = RequestContext(compute=ComputeSettings(attention=policy))
     with ctx.bind():
         return fn(), ctx
 
@@ -152,12 +152,17 @@ def test_out_of_memory_in_a_kernel_is_not_hidden(monkeypatch: pytest.MonkeyPatch
         in_context("math", lambda: attention(q, k, v, site=SITE))
 
 
-def test_an_unknown_policy_runs_the_reference_with_a_warning():
+def test_an_unknown_policy_is_refused_before_any_attention_runs():
+    with pytest.raises(InvalidRequest, match=r"compute\.attention: expected one of auto, sdpa"):
+        RequestContext(settings={"compute.attention": "fastest"})
+
+
+@pytest.mark.parametrize("policy", ATTENTION_POLICIES)
+def test_every_policy_the_settings_accept_runs(policy: str):
     q, k, v = tensors(kv_heads=4)
-    out, ctx = in_context("fastest", lambda: attention(q, k, v, site=SITE))
-    assert torch.equal(out, reference(q, k, v))
-    assert ctx.applied["attention"] == {"test.attention": "reference"}
-    assert "'fastest' is not a policy" in ctx.warnings[0]
+    out, ctx = in_context(policy, lambda: attention(q, k, v, site=SITE))
+    torch.testing.assert_close(out, reference(q, k, v))
+    assert ctx.applied["attention"]["test.attention"]
 
 
 def test_several_kernels_at_one_site_are_all_recorded(monkeypatch: pytest.MonkeyPatch):
@@ -185,17 +190,3 @@ def test_mask_info_lets_prefix_kernels_drop_the_mask():
     no_info = call._replace(mask_info=None)
     assert KERNELS["sdpa"].check(no_info) is None
     assert info._replace(causal=False).causal is False
-
-
-def test_fast_features_are_set_for_the_block_and_restored():
-    before = snapshot()
-    with accel.features.apply({"compute.fast": True}) as changed:
-        assert torch.backends.cuda.matmul.allow_tf32 is True
-        assert changed == {"cuda.matmul.allow_tf32": True, "cudnn.allow_tf32": True}
-    assert before.diff(snapshot()) == []
-    with pytest.raises(KeyError), accel.features.apply({"compute.fast": True}):
-        raise KeyError("the block failed")
-    assert before.diff(snapshot()) == []
-    with accel.features.apply({"compute.fast": False}) as changed:
-        assert changed == {} and torch.backends.cuda.matmul.allow_tf32 is False
-    assert before.diff(snapshot()) == []

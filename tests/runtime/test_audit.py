@@ -85,10 +85,14 @@ def test_scan_tree_skips_tests_honours_the_allowlist_and_reports_unparsable_file
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(source))
-    found = {(v.path, v.rule, v.function) for v in scan_tree(tmp_path / "pkg")}
+    allow = [("*mizuoto_runtime/accel/features.py", "apply", "torch_flags")]
+    found = {(v.path, v.rule, v.function) for v in scan_tree(tmp_path / "pkg", allow=allow)}
     assert found == {
         ("pkg/engine.py", "global_rng", "load"),
         ("pkg/mizuoto_runtime/accel/features.py", "torch_flags", "other"),
         ("pkg/broken.py", "syntax", "<module>"),
     }
     assert "ctx.generator_for" in str(next(v for v in scan_tree(tmp_path / "pkg/engine.py")))
+    # By default nothing may set torch.backends flags, not even inside the runtime.
+    default = {(v.function, v.rule) for v in scan_tree(tmp_path / "pkg/mizuoto_runtime")}
+    assert default == {("apply", "torch_flags"), ("other", "torch_flags")}

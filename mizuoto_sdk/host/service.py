@@ -129,7 +129,7 @@ class RuntimeService:
 
     def make_room(self) -> list[str]:
         """Unload least-recently-used idle, unpinned models until one more fits the limit."""
-        limit = self.settings.get("compute.max_resident_models")
+        limit = self.settings.compute.max_resident_models
         unloaded: list[str] = []
         if limit is None:
             return unloaded

@@ -24,7 +24,7 @@ def to_mono_float32(samples: object) -> np.ndarray:
     import numpy as np
 
     if hasattr(samples, "detach"):  # a torch tensor, on any device and in any dtype
-        tensor = samples.detach()  # type: ignore[attr-defined]
+        tensor = samples.detach()
         if tensor.is_floating_point():
             tensor = tensor.float()
         samples = tensor.cpu().numpy()

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from mizuoto_sdk.discovery import Discovery, EngineRecord
 from mizuoto_sdk.errors import EngineError
@@ -109,7 +109,37 @@ def main(argv: Sequence[str] | None = None, service: RuntimeService | None = Non
         return 1
 
 
-def _extras(record: EngineRecord) -> list[dict[str, object]]:
+_Extra = TypedDict("_Extra", {"import": str, "requirement": str, "installed": bool})
+
+
+class _Row(TypedDict):
+    id: str
+    name: str | None
+    distribution: str
+    version: str
+    status: str
+    devices: list[str]
+    dtypes: list[str]
+    capabilities: list[str]
+    models: list[str]
+    extras: list[_Extra]
+    params: list[dict[str, object]]
+    api_version: str | None
+    uses_torch: bool | None
+    entry_point: str
+    error: str | None
+
+
+class _Diagnosis(TypedDict):
+    id: str
+    status: str
+    available: bool
+    missing_extras: list[str]
+    error: str | None
+    warnings: list[str]
+
+
+def _extras(record: EngineRecord) -> list[_Extra]:
     extras = record.manifest.extras if record.manifest else {}
     return [
         {"import": name, "requirement": requirement, "installed": _importable(name)}
@@ -124,7 +154,7 @@ def _importable(name: str) -> bool:
         return False
 
 
-def _row(record: EngineRecord) -> dict[str, object]:
+def _row(record: EngineRecord) -> _Row:
     manifest = record.manifest
     return {
         "id": record.id,
@@ -245,7 +275,7 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from mizuoto_runtime.devices.device import torch_build
+    from mizuoto_runtime.devices.probe import torch_build
     from mizuoto_sdk.host.notorch import TORCH_INSTALL
 
     build = torch_build()
@@ -288,7 +318,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0 if all(e["status"] == "ok" for e in engines) else 1
 
 
-def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> dict[str, object]:
+def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> _Diagnosis:
     """One engine's doctor entry, after importing its implementation as ``synth`` would.
 
     A misspelt class, an import that fails or exits, or a class that disagrees with its manifest
@@ -299,7 +329,9 @@ def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> dict[s
     this point: ``mizuoto doctor ENGINE`` checks one engine in a fresh process. An engine that
     uses torch is unavailable where torch is not installed (``torch`` False).
     """
-    status, error, warnings = record.status, record.error, []
+    status: str = record.status
+    error = record.error
+    warnings: list[str] = []
     if record.ok:
         torch_before = "torch" in sys.modules
         try:
@@ -331,9 +363,9 @@ def _runtime(args: argparse.Namespace) -> int:
     service = args.service if args.service is not None else RuntimeService()
     for target in args.load:
         engine_id, _, model = target.partition(":")
-        service.loaded(engine_id, model or None, device=args.device)
+        service.load(engine_id, model or None, device=args.device)
     if args.unload is not None:
-        known = {m["name"] for m in service.loaded_models()} | {
+        known = {m["name"] for m in service.describe_models()} | {
             e.engine_id for e in service.engines()
         }
         if args.unload and args.unload not in known:
@@ -341,7 +373,7 @@ def _runtime(args: argparse.Namespace) -> int:
         unloaded = service.unload(args.unload or None)
         if not args.json:
             print(f"unloaded: {', '.join(unloaded) or 'nothing idle'}")
-    models = service.loaded_models()
+    models = service.describe_models()
     if args.json:
         print(json.dumps(models, indent=2, default=str))
         return 0

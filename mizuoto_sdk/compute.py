@@ -66,17 +66,17 @@ def _number_or_none(
     def check(key: str, value: object) -> float | None:
         if value is None:
             return None
-        number = isinstance(value, int | float) and not isinstance(value, bool)
         if (
-            not number
-            or not _finite(value)  # type: ignore[arg-type]
-            or not (value > minimum if exclusive else value >= minimum)  # type: ignore[operator]
-            or (least is not None and value < least[0])  # type: ignore[operator]
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not _finite(value)
+            or not (value > minimum if exclusive else value >= minimum)
+            or (least is not None and value < least[0])
         ):
             raise InvalidRequest(
                 f"{key}: expected {what} {bound}, finite, or None, got {value!r}", {"field": key}
             )
-        return value  # type: ignore[return-value]
+        return value
 
     return check
 
@@ -93,7 +93,7 @@ def _choice(*allowed: str) -> Check:
             raise InvalidRequest(
                 f"{key}: expected one of {', '.join(allowed)}, got {value!r}", {"field": key}
             )
-        return value  # type: ignore[return-value]
+        return value
 
     return check
 
@@ -101,7 +101,7 @@ def _choice(*allowed: str) -> Check:
 def _setting(default: object, check: Check, doc: str) -> Any:
     """A field whose check names the setting (``compute.<field>``) in its error."""
 
-    def validate(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    def validate(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
         check(PREFIX + attribute.name, value)
 
     return attrs.field(default=default, validator=validate, metadata={"doc": doc})
@@ -153,7 +153,7 @@ class ComputeSettings:
         An unknown ``compute.*`` key is an InvalidRequest naming it and the known ones; a retired
         one (``compute.fast``) warns (DeprecationWarning) and is ignored.
         """
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}  # each value is checked by its field's validator
         for key, value in settings.items():
             if (why := cls.retired(key)) is not None:
                 warnings.warn(why, DeprecationWarning, stacklevel=2)
@@ -192,6 +192,6 @@ class ComputeSettings:
         """These values as dotted settings (``{"compute.attention": "auto", ...}``)."""
         return {PREFIX + name: value for name, value in attrs.asdict(self).items()}
 
-    def replace(self, **changes: object) -> ComputeSettings:
+    def replace(self, **changes: Any) -> ComputeSettings:
         """A copy with ``changes`` (field names), checked like the original."""
         return attrs.evolve(self, **changes)

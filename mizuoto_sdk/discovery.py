@@ -17,7 +17,7 @@ import re
 import reprlib
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import pluggy
@@ -57,6 +57,10 @@ class _Source:
     name: str
     value: str
     load: Callable[[], object]
+
+
+def _constant(value: object) -> Callable[[], object]:
+    return lambda: value
 
 
 def normalize_name(name: str) -> str:
@@ -158,7 +162,7 @@ class Discovery:
 
     def _sources(self) -> Iterator[_Source]:
         for name, plugin in self._plugins.items():
-            yield _Source(name, "0", name, repr(plugin), lambda plugin=plugin: plugin)
+            yield _Source(name, "0", name, repr(plugin), _constant(plugin))
         if not self._entry_points:
             return
         seen: set[str] = set()
@@ -371,7 +375,7 @@ def _check_engine_class(manifest: EngineManifest, target: object) -> None:
             "subclass of mizuoto_sdk.Engine",
             {"engine": manifest.id},
         )
-    declared = {
+    declared: dict[str, tuple[Callable[[Any], object], object]] = {
         "DEVICES": (tuple, manifest.devices),
         "DTYPES": (lambda dtypes: tuple(canonical_dtype(d) for d in dtypes), manifest.dtypes),
         "EXTRAS": (dict, dict(manifest.extras)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from mizuoto_sdk.errors import Unsupported
 from mizuoto_sdk.manifest import EngineManifest
@@ -140,4 +140,6 @@ def with_manifest_facts(engine_class: type[Engine], manifest: EngineManifest) ->
         "__qualname__": engine_class.__qualname__,
         "__doc__": engine_class.__doc__,
     }
-    return type(engine_class)(engine_class.__name__, (engine_class,), namespace)
+    metaclass: type[type] = type(engine_class)
+    made = metaclass(engine_class.__name__, (engine_class,), namespace)
+    return cast("type[Engine]", made)

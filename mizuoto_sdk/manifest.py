@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -63,30 +64,44 @@ def parse_api_version(version: str) -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
-def _names(kind: str, allowed: Iterable[str], canonical=lambda x: x):
-    allowed = tuple(allowed)
+def _names(
+    kind: str,
+    allowed: tuple[str, ...],
+    values: Iterable[str],
+    canonical: Callable[[str], str] | None = None,
+) -> tuple[str, ...]:
+    if isinstance(values, str):
+        values = (values,)
+    try:
+        items = tuple(v if canonical is None else canonical(v) for v in values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{kind}: {error}") from None
+    unknown = [v for v in items if v not in allowed]
+    if unknown:
+        raise ValueError(f"{kind}: unknown {unknown}; expected some of {', '.join(allowed)}")
+    if not items:
+        raise ValueError(f"{kind}: must not be empty")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{kind}: {list(items)} lists a value twice")
+    return items
 
-    def convert(values: Iterable[str]) -> tuple[str, ...]:
-        if isinstance(values, str):
-            values = (values,)
-        try:
-            items = tuple(canonical(v) for v in values)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{kind}: {error}") from None
-        unknown = [v for v in items if v not in allowed]
-        if unknown:
-            raise ValueError(f"{kind}: unknown {unknown}; expected some of {', '.join(allowed)}")
-        if not items:
-            raise ValueError(f"{kind}: must not be empty")
-        if len(set(items)) != len(items):
-            raise ValueError(f"{kind}: {list(items)} lists a value twice")
-        return items
 
-    return convert
+def _capabilities(values: Iterable[str]) -> tuple[str, ...]:
+    return _names("capabilities", CAPABILITIES, values)
 
 
-def _matches(pattern: re.Pattern[str], example: str):
-    def check(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _devices(values: Iterable[str]) -> tuple[str, ...]:
+    return _names("devices", DEVICE_TYPES, values)
+
+
+def _dtypes(values: Iterable[str]) -> tuple[str, ...]:
+    return _names("dtypes", DTYPES, values, canonical_dtype)
+
+
+def _matches(
+    pattern: re.Pattern[str], example: str
+) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if not isinstance(value, str) or not pattern.fullmatch(value):
             owner = type(instance).__name__
             raise ValueError(
@@ -106,7 +121,7 @@ def _string_map(value: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
-def _check_files(instance: ModelEntry, attribute: attrs.Attribute, value: str | None) -> None:
+def _check_files(instance: ModelEntry, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is None:
         return
     package, sep, _ = value.partition(":")
@@ -152,11 +167,13 @@ def _reasons(value: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
-def _check_api_version(instance: EngineManifest, attribute: attrs.Attribute, value: str) -> None:
+def _check_api_version(
+    instance: EngineManifest, attribute: attrs.Attribute[Any], value: str
+) -> None:
     parse_api_version(value)
 
 
-def _check_sample_text(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_sample_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ValueError(f"sample_text: expected some words, or None; got {value!r}")
 
@@ -180,14 +197,10 @@ class EngineManifest:
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
     implementation: str = attrs.field(validator=_matches(_IMPLEMENTATION, "pkg.engine:MyEngine"))
     models: tuple[ModelEntry, ...] = attrs.field(converter=_models)
-    capabilities: tuple[str, ...] = attrs.field(converter=_names("capabilities", CAPABILITIES))
+    capabilities: tuple[str, ...] = attrs.field(converter=_capabilities)
     name: str = attrs.field(default=attrs.Factory(lambda self: self.id, takes_self=True))
-    devices: tuple[str, ...] = attrs.field(
-        default=DEVICE_TYPES, converter=_names("devices", DEVICE_TYPES)
-    )
-    dtypes: tuple[str, ...] = attrs.field(
-        default=("float32",), converter=_names("dtypes", DTYPES, canonical_dtype)
-    )
+    devices: tuple[str, ...] = attrs.field(default=DEVICE_TYPES, converter=_devices)
+    dtypes: tuple[str, ...] = attrs.field(default=("float32",), converter=_dtypes)
     extras: Mapping[str, str] = attrs.field(factory=dict, converter=_string_map, hash=False)
     api_version: str = attrs.field(default=API_VERSION, validator=_check_api_version)
     stochastic: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))

@@ -14,6 +14,7 @@ import numbers
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -29,14 +30,14 @@ _FALSE = ("false", "no", "off", "0")
 _NUMBERS = ("int", "float")
 
 
-def _check_name(instance: Param, attribute: attrs.Attribute, value: object) -> None:
+def _check_name(instance: Param, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ValueError(
             f"Param.name: expected a lowercase identifier such as 'top_k', got {value!r}"
         )
 
 
-def _check_type(instance: Param, attribute: attrs.Attribute, value: object) -> None:
+def _check_type(instance: Param, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in PARAM_TYPES:
         raise ValueError(
             f"Param {instance.name!r}.type: expected one of {', '.join(PARAM_TYPES)}, got {value!r}"
@@ -153,6 +154,8 @@ class Param:
         typed = self._typed(value, self.field)
         if self.choices is not None and typed not in self.choices:
             raise self._invalid(value)
+        if not isinstance(typed, (int, float)):
+            return typed
         if self.minimum is not None and (
             typed < self.minimum or (self.exclusive_minimum and typed == self.minimum)
         ):
@@ -275,7 +278,7 @@ def check_params(
     for name in params:
         if name not in known:
             raise _unknown(name, sorted(known), engine_id)
-    checked = {p.name: p.check(params.get(p.name)) for p in declared}
+    checked: dict[str, object] = {p.name: p.check(params.get(p.name)) for p in declared}
     for host_param in HOST_PARAMS:
         if params.get(host_param.name) is not None:
             checked[host_param.name] = host_param.check(params[host_param.name])

@@ -35,7 +35,7 @@ def sample_kind(dtype: object) -> str | None:
     return None
 
 
-def _check_samples(instance: AudioChunk, attribute: attrs.Attribute, value: object) -> None:
+def _check_samples(instance: AudioChunk, attribute: attrs.Attribute[Any], value: object) -> None:
     ndim = getattr(value, "ndim", None)
     dtype = getattr(value, "dtype", None)
     if ndim not in (1, 2) or dtype is None:
@@ -49,7 +49,7 @@ def _check_samples(instance: AudioChunk, attribute: attrs.Attribute, value: obje
         )
 
 
-def _check_rate(instance: AudioChunk, attribute: attrs.Attribute, value: object) -> None:
+def _check_rate(instance: AudioChunk, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"AudioChunk.sample_rate: expected a positive int (Hz), got {value!r}")
 
@@ -74,7 +74,7 @@ class AudioChunk:
         return int(self.samples.shape[-1]) / self.sample_rate
 
 
-def _check_device(instance: LoadSpec, attribute: attrs.Attribute, value: str) -> None:
+def _check_device(instance: LoadSpec, attribute: attrs.Attribute[Any], value: str) -> None:
     device_type(value)
 
 

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 
 def _read_torch_version_file() -> dict[str, object] | None:
@@ -60,7 +61,18 @@ def machine_accelerators() -> list[str]:
     return found
 
 
-def torch_build() -> dict[str, object]:
+class TorchBuild(TypedDict):
+    """What ``torch_build`` reports (``mizuoto doctor`` prints it)."""
+
+    installed: bool
+    version: str | None
+    build: str | None
+    accelerators: list[str]
+    matches_machine: bool
+    install: str | None
+
+
+def torch_build() -> TorchBuild:
     """What the installed torch was built for, what this machine has, and the install to fix it."""
     values = _read_torch_version_file()
     accelerators = machine_accelerators()
@@ -68,7 +80,8 @@ def torch_build() -> dict[str, object]:
         build = None
         version = None
     else:
-        version = values.get("__version__") or importlib.metadata.version("torch")
+        found = values.get("__version__")
+        version = found if isinstance(found, str) and found else importlib.metadata.version("torch")
         build = next(
             (
                 f"{kind} {values[key]}"

@@ -97,4 +97,3 @@ class Loaded{{ prefix }}(LoadedEngine):
             window = padded[start : start + block + 2 * context]  # a block and its context
             yield AudioChunk(self.voice.transform(window, drive), self.voice.sample_rate)
 {%- endif %}
-

@@ -5,9 +5,12 @@ wire error code back into its exception (``error_from_code``) are host work, so 
 imported from here. Importing this package never imports torch.
 """
 
+import warnings
+
 from mizuoto_sdk.discovery import Discovery, EngineRecord, discover, get_engine
 from mizuoto_sdk.errors import error_from_code
-from mizuoto_sdk.host.local import LocalEngine, LocalHandle
+from mizuoto_sdk.host.local import LocalEngine
+from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.request import EngineRequest
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.settings import Settings
@@ -17,10 +20,21 @@ __all__ = [
     "EngineRecord",
     "EngineRequest",
     "LocalEngine",
-    "LocalHandle",
+    "LocalModel",
     "RuntimeService",
     "Settings",
     "discover",
     "error_from_code",
     "get_engine",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "LocalHandle":  # renamed: "handle" names a ModelHandle only
+        warnings.warn(
+            "mizuoto_sdk.host.LocalHandle is deprecated; use LocalModel",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return LocalModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

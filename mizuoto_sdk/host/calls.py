@@ -13,19 +13,18 @@ import contextlib
 import itertools
 import threading
 import time
-import traceback
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.devices.device import is_oom
 from mizuoto_sdk.audio import host_chunk
-from mizuoto_sdk.errors import ComputeUnavailable, EngineError
+from mizuoto_sdk.errors import EngineError
 from mizuoto_sdk.types import AudioChunk
 
 if TYPE_CHECKING:
+    from mizuoto_runtime.runtime import Runtime
+    from mizuoto_sdk.compute import ComputeSettings
     from mizuoto_sdk.engine import LoadedEngine
-    from mizuoto_sdk.host.local import LocalEngine, LocalHandle
     from mizuoto_sdk.host.request import EngineRequest
 
 T = TypeVar("T")
@@ -33,69 +32,55 @@ WATCH_INTERVAL = 0.02
 _END = object()
 
 
-def map_error(
-    error: BaseException, engine: LocalEngine, keep: LocalHandle | None = None
-) -> EngineError:
-    """What the caller sees for ``error``: a coded EngineError naming the engine and device.
+class CallTarget(Protocol):
+    """The loaded model a call runs on (``LocalModel`` is one)."""
 
-    Out of memory first releases the idle models on that device (all but ``keep``).
-    """
-    engine_id, device = engine.engine_id, engine.device
-    if isinstance(error, EngineError):
-        error.detail = {**error.detail, "engine": engine_id, "device": device}
-        return error
-    if is_oom(error):
-        released = engine.service.release_idle(device, keep=keep)
-        return ComputeUnavailable(
-            f"{engine_id} ran out of memory on {device}: {error}",
-            {
-                "reason": "out_of_memory",
-                "engine": engine_id,
-                "device": device,
-                "exception": type(error).__name__,
-                "released": released,
-            },
-        )
-    return EngineError(
-        f"{engine_id} failed on {device}: {type(error).__name__}: {error}",
-        {
-            "engine": engine_id,
-            "device": device,
-            "exception": type(error).__name__,
-            "traceback": "".join(traceback.format_exception(error)),
-        },
-    )
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model_handles(self) -> Sequence[Any]: ...
+
+    def begin_call(self) -> LoadedEngine: ...
+
+    def end_call(self) -> None: ...
 
 
 class Call:
-    """The lifetime of one call on a handle; use as a context manager around all of its steps."""
+    """The lifetime of one call on a model; use as a context manager around all of its steps."""
 
     def __init__(
         self,
-        handle: LocalHandle,
+        target: CallTarget,
         request: EngineRequest,
         capability: str,
-        params: Mapping[str, object] | None = None,
+        params: Mapping[str, object],
+        *,
+        runtime: Runtime | None,
+        settings: Mapping[str, object],
+        compute: ComputeSettings,
+        fail: Callable[[BaseException], EngineError],
     ) -> None:
-        """``params`` are the request's as the manifest checked them (None: as given)."""
-        self.handle = handle
+        """``params`` are the request's as the manifest checked them; ``runtime`` is None for
+        an engine that declares ``uses_torch=False`` (no torch, no memory manager); ``fail``
+        turns what engine code raised into the coded error the caller sees."""
+        self.target = target
         self.request = request
         self.capability = capability
-        # An engine that declares uses_torch=False runs without the runtime: no torch, no manager.
-        uses_torch = handle.engine.manifest.uses_torch
-        self._runtime = handle.engine.service.runtime if uses_torch else None
-        self._manager = self._runtime.manager if self._runtime is not None else None
-        params = request.params if params is None else params
+        self._runtime = runtime
+        self._manager = runtime.manager if runtime is not None else None
+        self._fail = fail
         self.ctx = RequestContext(
             seed=params.get("seed"),
             params=params,
-            settings=handle.engine.service.settings.as_dict(),
+            settings=settings,
+            compute=compute,
             progress=request.progress,
             text_input=request.text_input,
             manager=self._manager,
         )
         self._started = 0.0
-        self.loaded: LoadedEngine | None = None  # set when the call begins
+        self.loaded_engine: LoadedEngine | None = None  # set when the call begins
         self._done = threading.Event()
         self._watcher: threading.Thread | None = None
 
@@ -103,13 +88,13 @@ class Call:
         self._started = time.perf_counter()
         # The engine this call runs on: loaded again if the model was unloaded since the
         # caller got the handle, and kept loaded until the call ends.
-        self.loaded = self.handle.begin_call()
+        self.loaded_engine = self.target.begin_call()
         # Between its steps (a stream paused between chunks) the model stays in use.
         self._held = contextlib.ExitStack()
         if self._manager is not None:
-            self._held.enter_context(self._manager.hold(*self.handle.handles))
+            self._held.enter_context(self._manager.hold(*self.target.model_handles))
         self._watcher = threading.Thread(
-            target=self._watch, name=f"mizuoto-watch-{self.handle.name}", daemon=True
+            target=self._watch, name=f"mizuoto-watch-{self.target.name}", daemon=True
         )
         self._watcher.start()
         return self
@@ -123,7 +108,7 @@ class Call:
         self.request.warnings.extend(self.ctx.warnings)
         self.request.timings.update(self.ctx.timings)
         self._held.close()
-        self.handle.end_call()
+        self.target.end_call()
 
     def _watch(self) -> None:
         deadline = None if self.request.timeout is None else self._started + self.request.timeout
@@ -146,7 +131,7 @@ class Call:
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # sys.exit in engine code must not end the host
-            mapped = map_error(error, self.handle.engine, self.handle)
+            mapped = self._fail(error)
             if mapped is error:
                 raise
             raise mapped from error
@@ -161,7 +146,7 @@ class Call:
             self._runtime.inference_mode(),
             self.ctx.bind(),
             self._runtime.manager.use(
-                *self.handle.handles, phase=self.capability, release_on_oom=False
+                *self.target.model_handles, phase=self.capability, release_on_oom=False
             ),
         ):
             yield
@@ -182,13 +167,13 @@ class Call:
         try:
             self.ctx.check_cancel()
         except EngineError as error:
-            raise map_error(error, self.handle.engine, self.handle) from None
+            raise self._fail(error) from None
 
     def run(self, method: str, *args: Any) -> Any:
         """A call of the loaded engine's ``method`` that returns a value (prepare_voice, call)."""
         with self:
             self.check_cancel()
-            result = self.step(getattr(self.loaded, method), *args, self.ctx)
+            result = self.step(getattr(self.loaded_engine, method), *args, self.ctx)
             self.check_cancel()
             return result
 
@@ -197,7 +182,7 @@ class Call:
         asks for a chunk."""
         with self:
             self.check_cancel()
-            function = getattr(self.loaded, method)
+            function = getattr(self.loaded_engine, method)
             chunks = self.step(lambda: iter(function(*args, self.ctx)))
             try:
                 sample_rate = None
@@ -210,13 +195,11 @@ class Call:
                         sample_rate = converted.sample_rate
                         self.ctx.timings["first_chunk"] = time.perf_counter() - self._started
                     elif converted.sample_rate != sample_rate:
-                        raise map_error(
+                        raise self._fail(
                             EngineError(
                                 f"chunk {index} has sample_rate {converted.sample_rate}, "
                                 f"earlier chunks {sample_rate}: a stream keeps one rate"
-                            ),
-                            self.handle.engine,
-                            self.handle,
+                            )
                         )
                     self.check_cancel()
                     yield converted
@@ -224,3 +207,32 @@ class Call:
                 close = getattr(chunks, "close", None)
                 if close is not None:
                     self.step(close)
+
+    def collect(self, method: str, *args: Any) -> AudioChunk:
+        """The whole output of the loaded engine's generator ``method`` as one float32 mono
+        chunk, computed in one step."""
+        import numpy as np
+
+        def whole() -> AudioChunk:
+            # The engine this call runs on: a call that begins may have loaded the model again.
+            chunks = iter(getattr(self.loaded_engine, method)(*args, self.ctx))
+            try:
+                converted = [host_chunk(chunk, index) for index, chunk in enumerate(chunks)]
+            finally:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+            if not converted:
+                raise EngineError(f"{method} yielded no chunk")
+            rates = {c.sample_rate for c in converted}
+            if len(rates) > 1:
+                raise EngineError(f"{method} yielded chunks at {sorted(rates)} Hz: one rate only")
+            return AudioChunk(
+                np.concatenate([c.samples for c in converted]), converted[0].sample_rate
+            )
+
+        with self:
+            self.check_cancel()
+            result = self.step(whole)
+            self.check_cancel()
+        return result

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
-from mizuoto_sdk.host.local import LocalEngine, LocalHandle
+from mizuoto_sdk.host.local import LocalEngine, LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import device_type
+
+if TYPE_CHECKING:
+    from mizuoto_runtime.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +39,12 @@ class RuntimeService:
         self.settings = settings if isinstance(settings, Settings) else Settings(settings)
         self.discovery = discovery if discovery is not None else Discovery()
         self._engines: dict[tuple[str, str], LocalEngine] = {}
-        self._runtime = None
+        self._runtime: Runtime | None = None
         self.registry_lock = threading.RLock()
         self.settings.subscribe(self._setting_changed)
 
     @property
-    def runtime(self):  # -> mizuoto_runtime.runtime.Runtime
+    def runtime(self) -> Runtime:
         """The process's runtime, created (importing torch) on first use.
 
         Where torch is not installed this raises ComputeUnavailable (``reason: torch_missing``)
@@ -59,7 +64,7 @@ class RuntimeService:
             return self._runtime
 
     @property
-    def started_runtime(self):  # -> mizuoto_runtime.runtime.Runtime | None
+    def started_runtime(self) -> Runtime | None:
         """The runtime if an engine that uses torch has created it, else None (never creates it)."""
         return self._runtime
 
@@ -73,7 +78,7 @@ class RuntimeService:
                 self._engines[(engine_id, device)] = engine
             return engine
 
-    def loaded(
+    def load(
         self,
         engine_id: str,
         model: str | None = None,
@@ -82,29 +87,53 @@ class RuntimeService:
         dtype: str | None = None,
         variant: str | None = None,
         options: Mapping[str, object] | None = None,
-    ) -> LocalHandle:
-        """A handle to ``model`` of ``engine_id``, loading it if it is not resident yet."""
+    ) -> LocalModel:
+        """``model`` of ``engine_id``, loaded now if it is not loaded yet."""
         return self.engine(engine_id, device).load(
             model, dtype=dtype, variant=variant, options=options
         )
+
+    def loaded(self, *args: Any, **kwargs: Any) -> LocalModel:
+        """Deprecated: ``load``."""
+        warnings.warn(
+            "RuntimeService.loaded is deprecated; use load", DeprecationWarning, stacklevel=2
+        )
+        return self.load(*args, **kwargs)
 
     def engines(self) -> list[LocalEngine]:
         with self.registry_lock:
             return list(self._engines.values())
 
-    def handles(self) -> list[LocalHandle]:
-        return [h for engine in self.engines() for h in engine.handles]
+    def models(self) -> list[LocalModel]:
+        """Every model loaded now, of every engine."""
+        return [m for engine in self.engines() for m in engine.models]
+
+    def handles(self) -> list[LocalModel]:
+        """Deprecated: ``models``."""
+        warnings.warn(
+            "RuntimeService.handles is deprecated; use models", DeprecationWarning, stacklevel=2
+        )
+        return self.models()
 
     def loaded_models(self) -> list[dict[str, object]]:
+        """Deprecated: ``describe_models``."""
+        warnings.warn(
+            "RuntimeService.loaded_models is deprecated; use describe_models",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.describe_models()
+
+    def describe_models(self) -> list[dict[str, object]]:
         """What ``mizuoto runtime`` shows: each loaded model, where its weights are, busy or idle.
 
         ``components`` are the model's ModelHandles as the memory manager sees them; the byte
         totals add them up (resident on the device, streamed in as layers run, parked in host
         memory). An engine that declares no handles shows none and zero bytes.
         """
-        rows = [] if self._runtime is None else self._runtime.manager.loaded()
+        rows = [] if self._runtime is None else self._runtime.manager.residency()
         models = []
-        for h in self.handles():
+        for h in self.models():
             components = [
                 {key: row[key] for key in _COMPONENT_FIELDS}
                 for row in rows
@@ -134,7 +163,7 @@ class RuntimeService:
         if limit is None:
             return unloaded
         with self.registry_lock:
-            handles = self.handles()
+            handles = self.models()
             candidates = sorted(
                 (h for h in handles if not h.busy and not self._pinned(h)),
                 key=lambda h: h.last_used,
@@ -150,7 +179,7 @@ class RuntimeService:
                 )
         return unloaded
 
-    def release_idle(self, device: str, keep: LocalHandle | None = None) -> list[str]:
+    def release_idle(self, device: str, keep: LocalModel | None = None) -> list[str]:
         """Give back ``device``'s memory held by idle models (after an out-of-memory error).
 
         Components the memory manager tracks move to host memory and stay loaded (the next call
@@ -160,13 +189,13 @@ class RuntimeService:
         """
         released: list[str] = []
         if self._runtime is not None:
-            spared = keep.handles if keep is not None else ()
+            spared = keep.model_handles if keep is not None else ()
             released += self._runtime.manager.release_idle(device, keep=spared)
         for engine in self.engines():
             if engine.device != device:
                 continue
-            for handle in engine.handles:
-                if handle is keep or handle.busy or handle.handles or self._pinned(handle):
+            for handle in engine.models:
+                if handle is keep or handle.busy or handle.model_handles or self._pinned(handle):
                     continue
                 released += engine.unload(handle)
         if self._runtime is not None and device_type(device) != "cpu":
@@ -188,7 +217,7 @@ class RuntimeService:
         (``"codeclm/tiny@cpu"``: every dtype and options of it), or one model by its owner
         (``"codeclm/tiny@cpu[float32]"``).
         """
-        named = [h for h in self.handles() if engine_id in (h.name, h.owner)]
+        named = [h for h in self.models() if engine_id in (h.name, h.owner)]
         if named:
             return [name for h in named for name in h.engine.unload(h)]
         return [
@@ -198,7 +227,7 @@ class RuntimeService:
             for name in engine.unload()
         ]
 
-    def _pinned(self, handle: LocalHandle) -> bool:
+    def _pinned(self, handle: LocalModel) -> bool:
         return bool(self.settings.engine(handle.engine.engine_id, "pinned", False))
 
     def _setting_changed(self, key: str, value: object) -> None:

@@ -27,7 +27,7 @@ def service() -> RuntimeService:
 
 @pytest.fixture(scope="module")
 def codeclm(service):
-    return service.loaded("codeclm")
+    return service.load("codeclm")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_chunks_follow_chunk_frames_and_concatenate_to_the_one_shot_audio(codecl
 
 def test_the_seed_decides_the_audio(codeclm):
     first, _, _ = audio(codeclm, seed=3)
-    again, _, _ = audio(RuntimeService().loaded("codeclm"), seed=3)
+    again, _, _ = audio(RuntimeService().load("codeclm"), seed=3)
     other, _, _ = audio(codeclm, seed=4)
     assert np.array_equal(first, again)
     assert not np.array_equal(first, other)
@@ -303,7 +303,7 @@ def test_the_contract_passes_every_check():
 @pytest.mark.cuda
 def test_cuda_graphs_replay_the_static_cache_decode():
     service = RuntimeService({"compute.kv_cache": "static"})
-    handle = service.loaded("codeclm", device="cuda", dtype="float32")
+    handle = service.load("codeclm", device="cuda", dtype="float32")
     eager, _, _ = audio(handle, seed=9)
     service.settings.set("compute.cuda_graphs", True)
     graphed, _, request = audio(handle, seed=9)
@@ -314,7 +314,7 @@ def test_cuda_graphs_replay_the_static_cache_decode():
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_on_cuda_gives_finite_streamed_audio(dtype):
-    handle = RuntimeService().loaded("codeclm", device="cuda", dtype=dtype)
+    handle = RuntimeService().load("codeclm", device="cuda", dtype=dtype)
     streamed, chunks, _ = audio(handle, seed=1, chunk_frames=7)
     whole, _, _ = audio(handle, seed=1, chunk_frames=4096)
     assert handle.description["dtype"] == dtype and len(chunks) > 1
@@ -325,7 +325,7 @@ def test_half_precision_on_cuda_gives_finite_streamed_audio(dtype):
 @pytest.mark.cuda
 def test_compile_on_cuda_runs_the_decoder_and_codec_compiled():
     service = RuntimeService({"compute.compile": True})
-    handle = service.loaded("codeclm", device="cuda", dtype="bfloat16")
+    handle = service.load("codeclm", device="cuda", dtype="bfloat16")
     samples, _, request = audio(handle, seed=4)
     assert set(request.applied["compile"]) == {"codeclm.decoder", "codeclm.codec"}
     assert np.isfinite(samples).all() and len(samples) == FRAMES * 320

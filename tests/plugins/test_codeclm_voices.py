@@ -23,7 +23,7 @@ def service() -> RuntimeService:
 
 @pytest.fixture(scope="module")
 def codeclm(service):
-    return service.loaded("codeclm")
+    return service.load("codeclm")
 
 
 @pytest.fixture

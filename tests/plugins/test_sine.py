@@ -13,7 +13,7 @@ from mizuoto_sdk.host import EngineRequest, RuntimeService
 
 @pytest.fixture
 def sine():
-    return RuntimeService().loaded("sine")
+    return RuntimeService().load("sine")
 
 
 def audio(handle, text="hello big world", **params):
@@ -30,7 +30,7 @@ def test_one_chunk_per_word(sine):
 
 def test_the_seed_decides_the_jitter(sine):
     _, first = audio(sine, seed=3)
-    _, again = audio(RuntimeService().loaded("sine"), seed=3)
+    _, again = audio(RuntimeService().load("sine"), seed=3)
     _, other = audio(sine, seed=4)
     assert np.array_equal(first, again)
     assert not np.array_equal(first, other)

@@ -136,7 +136,7 @@ def fixture_engine(monkeypatch):
     discovery = Discovery(path=[str(FIXTURE_SITE)], selection={"mizuoto-fixture-process"})
     module = __import__("mizuoto_fixture_process")
     service = RuntimeService(discovery=discovery)
-    return service.loaded("process", "a"), module.STARTED
+    return service.load("process", "a"), module.STARTED
 
 
 def test_a_host_timeout_kills_a_child_the_engine_waits_on(fixture_engine):

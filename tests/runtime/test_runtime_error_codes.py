@@ -83,7 +83,7 @@ def test_a_runtime_failure_in_load_reaches_the_caller_with_its_code(
     monkeypatch.setattr(host_engine.module.HostEngine, "load", load)
     service = RuntimeService(discovery=host_engine.discovery)
     with pytest.raises(EngineError) as caught:
-        service.loaded(host_engine.engine_id, "a")
+        service.load(host_engine.engine_id, "a")
     error = caught.value
     assert isinstance(error, error_type)
     assert error.code == code
@@ -101,7 +101,7 @@ def test_a_full_cache_during_a_call_is_an_invalid_request_with_the_numbers(
         _full_cache(Path())
 
     monkeypatch.setattr(host_engine.module.Loaded, "call", call)
-    handle = RuntimeService(discovery=host_engine.discovery).loaded(host_engine.engine_id, "a")
+    handle = RuntimeService(discovery=host_engine.discovery).load(host_engine.engine_id, "a")
     with pytest.raises(InvalidRequest) as caught:
         handle.call("echo", {})
     detail = caught.value.detail

@@ -139,7 +139,7 @@ def test_the_host_hands_each_call_its_current_compute_settings(host_engine, monk
 
     monkeypatch.setattr(host_engine.module.Loaded, "call", call)
     service = RuntimeService({"compute.kv_cache": "static"}, host_engine.discovery)
-    handle = service.loaded(host_engine.engine_id, "a")
+    handle = service.load(host_engine.engine_id, "a")
     assert handle.call("echo", {})["compute"] == ComputeSettings(kv_cache="static")
     service.settings.set("compute.attention", "math")
     assert handle.call("echo", {})["compute"] == ComputeSettings(
@@ -150,6 +150,6 @@ def test_the_host_hands_each_call_its_current_compute_settings(host_engine, monk
 def test_the_resident_model_limit_is_read_from_the_typed_settings(host_engine):
     service = RuntimeService({"compute.max_resident_models": 1}, host_engine.discovery)
     assert service.settings.compute.max_resident_models == 1
-    service.loaded(host_engine.engine_id, "a")
-    service.loaded(host_engine.engine_id, "b")
-    assert [h.spec.model_id for h in service.handles()] == ["b"]
+    service.load(host_engine.engine_id, "a")
+    service.load(host_engine.engine_id, "b")
+    assert [h.spec.model_id for h in service.models()] == ["b"]

@@ -20,7 +20,7 @@ def service(host_engine):
 
 @pytest.fixture
 def handle(service, host_engine):
-    return service.loaded(host_engine.engine_id, "a")
+    return service.load(host_engine.engine_id, "a")
 
 
 def watchers() -> list[threading.Thread]:
@@ -99,7 +99,7 @@ def test_engine_code_that_calls_sys_exit_is_an_engine_error_and_the_host_goes_on
     assert caught.value.code == "engine_error"
     assert caught.value.detail["exception"] == "SystemExit"
     with pytest.raises(EngineError) as caught:
-        service.loaded(host_engine.engine_id, "b", options={"exit_load": True})
+        service.load(host_engine.engine_id, "b", options={"exit_load": True})
     assert caught.value.code == "engine_error"
     assert caught.value.detail["exception"] == "SystemExit"
     assert len(list(handle.synthesize("hello"))) == 3  # the host still serves
@@ -113,7 +113,7 @@ def test_an_engine_whose_constructor_fails_is_unavailable_with_the_reason(
 
     monkeypatch.setattr(host_engine.module.HostEngine, "__init__", broken)
     with pytest.raises(EngineError) as caught:
-        service.loaded(host_engine.engine_id, "a")
+        service.load(host_engine.engine_id, "a")
     assert caught.value.code == "engine_unavailable"
     assert "no licence file" in str(caught.value)
     assert caught.value.detail["exception"] == "ValueError"
@@ -132,19 +132,19 @@ def test_a_cancel_ends_a_fast_stream_at_its_next_chunk_without_waiting_for_the_w
 def test_out_of_memory_releases_idle_models_on_the_device_and_is_compute_unavailable(
     service, host_engine, handle
 ):
-    idle = service.loaded(host_engine.engine_id, "b")
+    idle = service.load(host_engine.engine_id, "b")
     with pytest.raises(EngineError) as caught:
         list(handle.synthesize("hello", EngineRequest(params={"mode": "oom"})))
     error = caught.value
     assert error.code == "compute_unavailable"
     assert error.detail["reason"] == "out_of_memory"
     assert error.detail["released"] == [idle.name]
-    assert [h.spec.model_id for h in service.handles()] == ["a"]  # the failing one stays
+    assert [h.spec.model_id for h in service.models()] == ["a"]  # the failing one stays
 
 
 def test_a_failing_load_is_mapped_and_leaves_nothing_loaded(service, host_engine):
     with pytest.raises(EngineError) as caught:
-        service.loaded(host_engine.engine_id, "a", options={"fail_load": True})
+        service.load(host_engine.engine_id, "a", options={"fail_load": True})
     assert caught.value.code == "engine_error"
     assert "load failed on purpose" in caught.value.detail["traceback"]
     assert service.engine(host_engine.engine_id).state == "stopped"
@@ -152,10 +152,10 @@ def test_a_failing_load_is_mapped_and_leaves_nothing_loaded(service, host_engine
 
 def test_an_unknown_model_or_dtype_is_an_invalid_request(service, host_engine):
     with pytest.raises(EngineError) as caught:
-        service.loaded(host_engine.engine_id, "zzz")
+        service.load(host_engine.engine_id, "zzz")
     assert caught.value.detail["field"] == "model" and "known models: a, b, c" in str(caught.value)
     with pytest.raises(EngineError) as caught:
-        service.loaded(host_engine.engine_id, dtype="bf16")
+        service.load(host_engine.engine_id, dtype="bf16")
     assert caught.value.detail["field"] == "dtype"
     with pytest.raises(EngineError) as caught:
         service.engine(host_engine.engine_id, "cuda:0")

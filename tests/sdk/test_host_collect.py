@@ -1,4 +1,4 @@
-"""LocalHandle.collect: a streaming capability read whole, as the same request's stream."""
+"""LocalModel.collect: a streaming capability read whole, as the same request's stream."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mizuoto_sdk.host import EngineRequest, RuntimeService
 
 @pytest.fixture
 def sine():
-    return RuntimeService().loaded("sine")
+    return RuntimeService().load("sine")
 
 
 def test_collect_equals_the_concatenated_stream_of_the_same_request(sine):

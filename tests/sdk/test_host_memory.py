@@ -31,19 +31,19 @@ def _service(budget_bytes: int | None) -> RuntimeService:
 
 
 def _audio(service: RuntimeService, model: str, **params) -> np.ndarray:
-    handle = service.loaded("memo", model)
+    handle = service.load("memo", model)
     chunks = list(handle.synthesize("x", EngineRequest(params=params)))
     return np.concatenate([c.samples for c in chunks])
 
 
 def _model(service: RuntimeService, model: str) -> dict:
-    (row,) = [m for m in service.loaded_models() if m["model"] == model]
+    (row,) = [m for m in service.describe_models() if m["model"] == model]
     return row
 
 
 def test_loaded_models_show_where_each_component_is(memo):
     service = _service(4 * MODEL_BYTES)
-    service.loaded("memo", "a")
+    service.load("memo", "a")
     row = _model(service, "a")
     assert row["name"] == "memo/a@cpu"
     assert row["resident_bytes"] == MODEL_BYTES
@@ -76,7 +76,7 @@ def test_an_idle_model_gives_memory_back_to_the_one_being_called(memo):
 def test_a_paused_stream_keeps_its_model_in_place(memo):
     service = _service(MODEL_BYTES + MODEL_BYTES // 2)
     reference_b = _audio(_service(None), "b")
-    paused = service.loaded("memo", "a").synthesize("x", EngineRequest(params={"chunks": 2}))
+    paused = service.load("memo", "a").synthesize("x", EngineRequest(params={"chunks": 2}))
     next(paused)
     assert np.array_equal(_audio(service, "b"), reference_b)
     a, b = _model(service, "a"), _model(service, "b")
@@ -104,7 +104,7 @@ def test_out_of_memory_in_a_call_releases_idle_components_but_keeps_them_loaded(
 def test_a_plain_module_in_handles_is_managed_as_one(memo):
     service = _service(MODEL_BYTES // 2)
     reference = _audio(_service(None), "a")
-    handle = service.loaded("memo", "a", options={"plain_module": True})
+    handle = service.load("memo", "a", options={"plain_module": True})
     chunks = list(handle.synthesize("x"))
     assert np.array_equal(np.concatenate([c.samples for c in chunks]), reference)
     (component,) = _model(service, "a")["components"]
@@ -115,17 +115,17 @@ def test_a_plain_module_in_handles_is_managed_as_one(memo):
 def test_handles_must_be_model_handles_or_modules(memo):
     service = _service(None)
     with pytest.raises(EngineError, match=r"handles\[0\] is str") as caught:
-        service.loaded("memo", "a", options={"not_a_handle": True})
+        service.load("memo", "a", options={"not_a_handle": True})
     assert caught.value.code == "engine_error"
-    assert service.loaded_models() == []
+    assert service.describe_models() == []
 
 
 def test_unloading_forgets_the_components(memo):
     service = _service(4 * MODEL_BYTES)
-    service.loaded("memo", "a")
-    service.loaded("memo", "b")
+    service.load("memo", "a")
+    service.load("memo", "b")
     assert service.unload("memo/a@cpu") == ["memo/a@cpu"]
-    assert [m["model"] for m in service.loaded_models()] == ["b"]
+    assert [m["model"] for m in service.describe_models()] == ["b"]
     assert service.runtime.devices.memory("cpu")[0] == 4 * MODEL_BYTES - MODEL_BYTES
 
 
@@ -144,11 +144,11 @@ def test_runtime_command_lists_bytes_and_unloads(memo, capsys):
     assert main(["runtime", "--unload", "memo/zz@cpu"], service) == 2
     assert "no loaded model or engine 'memo/zz@cpu'" in capsys.readouterr().err
     assert main(["runtime", "--unload"], service) == 0
-    assert service.loaded_models() == []
+    assert service.describe_models() == []
 
 
 def test_chunks_are_audio(memo):
-    chunk = next(iter(_service(None).loaded("memo", "a").synthesize("x")))
+    chunk = next(iter(_service(None).load("memo", "a").synthesize("x")))
     assert isinstance(chunk, AudioChunk) and chunk.samples.dtype == np.float32
 
 
@@ -173,27 +173,27 @@ def test_memory_settings_are_checked_and_name_the_key(key, value, expected):
 
 def test_loads_that_differ_only_in_options_are_accounted_apart(memo):
     service = _service(4 * MODEL_BYTES)
-    first = service.loaded("memo", "a", options={"variant_of_test": 1})
-    second = service.loaded("memo", "a", options={"variant_of_test": 2})
+    first = service.load("memo", "a", options={"variant_of_test": 1})
+    second = service.load("memo", "a", options={"variant_of_test": 2})
     assert first is not second and first.name == second.name == "memo/a@cpu"
-    rows = [m for m in service.loaded_models() if m["model"] == "a"]
+    rows = [m for m in service.describe_models() if m["model"] == "a"]
     assert [r["resident_bytes"] for r in rows] == [MODEL_BYTES, MODEL_BYTES]  # not doubled
     assert [len(r["components"]) for r in rows] == [1, 1]
     assert first.engine.unload(first) == ["memo/a@cpu"]
-    (row,) = [m for m in service.loaded_models() if m["model"] == "a"]
+    (row,) = [m for m in service.describe_models() if m["model"] == "a"]
     assert row["resident_bytes"] == MODEL_BYTES  # the survivor is still tracked
     assert service.runtime.devices.memory("cpu")[0] == 3 * MODEL_BYTES
     assert np.array_equal(_audio(service, "a", variant_of_test=2), _audio(_service(None), "a"))
     service.unload("memo")
-    assert service.loaded_models() == []
+    assert service.describe_models() == []
     assert service.runtime.devices.memory("cpu")[0] == 4 * MODEL_BYTES  # nothing left counted
 
 
 def test_each_load_has_its_own_owner_and_unloads_by_it(memo):
     service = _service(4 * MODEL_BYTES)
-    first = service.loaded("memo", "a", options={"variant_of_test": 1})
-    second = service.loaded("memo", "a", options={"variant_of_test": 2})
+    first = service.load("memo", "a", options={"variant_of_test": 1})
+    second = service.load("memo", "a", options={"variant_of_test": 2})
     assert first.owner == 'memo/a@cpu[float32 {"variant_of_test": 1}]'
     assert {r["owner"] for r in service.runtime.manager.residency()} == {first.owner, second.owner}
     assert service.unload(second.owner) == ["memo/a@cpu"]
-    assert [m["owner"] for m in service.loaded_models()] == [first.owner]
+    assert [m["owner"] for m in service.describe_models()] == [first.owner]

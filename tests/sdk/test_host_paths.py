@@ -18,7 +18,7 @@ AUDIO = AudioChunk(np.zeros(16, np.float32), 16000)
 @pytest.fixture
 def handle(host_engine):
     service = RuntimeService(discovery=host_engine.discovery)
-    return service.loaded(host_engine.engine_id, "a")
+    return service.load(host_engine.engine_id, "a")
 
 
 def dangling_link(root: Path) -> Path:

@@ -11,25 +11,25 @@ from mizuoto_sdk.host import Discovery, EngineRequest, RuntimeService, Settings
 
 
 def resident(service: RuntimeService) -> list[str]:
-    return sorted(h.spec.model_id for h in service.handles())
+    return sorted(h.spec.model_id for h in service.models())
 
 
 def test_make_room_unloads_the_least_recently_used_idle_model(host_engine):
     service = RuntimeService({"compute.max_resident_models": 2}, host_engine.discovery)
-    a = service.loaded("hosted", "a")
-    service.loaded("hosted", "b")
+    a = service.load("hosted", "a")
+    service.load("hosted", "b")
     list(a.synthesize("touch a"))  # b is now the least recently used
-    service.loaded("hosted", "c")
+    service.load("hosted", "c")
     assert resident(service) == ["a", "c"]
     assert ("unload", "b") in host_engine.events
 
 
 def test_a_busy_model_is_never_unloaded_to_make_room(host_engine):
     service = RuntimeService({"compute.max_resident_models": 1}, host_engine.discovery)
-    a = service.loaded("hosted", "a")
+    a = service.load("hosted", "a")
     stream = a.synthesize("hello")
     next(stream)  # a is busy
-    service.loaded("hosted", "b")
+    service.load("hosted", "b")
     assert resident(service) == ["a", "b"]
     stream.close()
 
@@ -38,25 +38,25 @@ def test_pinned_engines_stay_resident(host_engine):
     service = RuntimeService(
         {"compute.max_resident_models": 1, "engines.hosted.pinned": True}, host_engine.discovery
     )
-    service.loaded("hosted", "a")
-    service.loaded("hosted", "b")
+    service.load("hosted", "a")
+    service.load("hosted", "b")
     assert resident(service) == ["a", "b"]
     service.settings.set("engines.hosted.pinned", False)
-    service.loaded("hosted", "c")
+    service.load("hosted", "c")
     assert resident(service) == ["c"]
 
 
 def test_a_handle_unloaded_to_make_room_loads_again_when_its_call_begins(host_engine):
     service = RuntimeService({"compute.max_resident_models": 1}, host_engine.discovery)
-    a = service.loaded("hosted", "a")
+    a = service.load("hosted", "a")
     stream = a.synthesize("asked for before b was loaded")
-    assert service.loaded("hosted", "b").spec.model_id == "b"  # a was idle: unloaded for b
+    assert service.load("hosted", "b").spec.model_id == "b"  # a was idle: unloaded for b
     assert resident(service) == ["b"]
     assert len(list(stream)) == 3
     assert resident(service) == ["a"]  # a came back for its call, and b made room for it
-    assert len(list(service.loaded("hosted", "b").synthesize("b again"))) == 3
+    assert len(list(service.load("hosted", "b").synthesize("b again"))) == 3
     assert len(list(a.synthesize("a again"))) == 3
-    assert service.loaded("hosted", "a") is a  # still the one handle of that model
+    assert service.load("hosted", "a") is a  # still the one handle of that model
 
 
 def test_threads_alternating_two_models_over_one_slot_never_see_an_unloaded_one(host_engine):
@@ -68,7 +68,7 @@ def test_threads_alternating_two_models_over_one_slot_never_see_an_unloaded_one(
         try:
             for round_ in range(20):
                 model = first if round_ % 2 == 0 else second
-                handle = service.loaded("hosted", model)
+                handle = service.load("hosted", model)
                 turns[0].wait()  # both hold a handle; one of them was just unloaded by the other
                 assert len(list(handle.synthesize("x", EngineRequest(params={"chunks": 1})))) == 1
                 turns[1].wait()
@@ -87,16 +87,16 @@ def test_threads_alternating_two_models_over_one_slot_never_see_an_unloaded_one(
 
 def test_loading_the_same_model_twice_returns_the_same_handle(host_engine):
     service = RuntimeService(discovery=host_engine.discovery)
-    assert service.loaded("hosted", "a") is service.loaded("hosted", "a")
-    assert service.loaded("hosted", "a", options={"x": 1}) is not service.loaded("hosted", "a")
+    assert service.load("hosted", "a") is service.load("hosted", "a")
+    assert service.load("hosted", "a", options={"x": 1}) is not service.load("hosted", "a")
 
 
 def test_changing_an_engine_setting_unloads_it_and_the_next_request_reloads(host_engine):
     service = RuntimeService(discovery=host_engine.discovery)
-    first = service.loaded("hosted", "a")
+    first = service.load("hosted", "a")
     service.settings.set("engines.hosted.options", {"voice": "x"})
     assert resident(service) == []
-    second = service.loaded("hosted", "a")
+    second = service.load("hosted", "a")
     assert second is not first and second.spec.options == {"voice": "x"}
     service.settings.set("engines.hosted.options", {"voice": "x"})  # unchanged: stays loaded
     assert resident(service) == ["a"]
@@ -104,14 +104,14 @@ def test_changing_an_engine_setting_unloads_it_and_the_next_request_reloads(host
 
 def test_a_setting_change_during_a_call_unloads_when_the_call_ends(host_engine):
     service = RuntimeService(discovery=host_engine.discovery)
-    handle = service.loaded("hosted", "a")
+    handle = service.load("hosted", "a")
     stream = handle.synthesize("hello")
     next(stream)
     service.settings.set("engines.hosted.model", "b")
     assert resident(service) == ["a"]
     stream.close()
     assert resident(service) == []
-    assert service.loaded("hosted").spec.model_id == "b"
+    assert service.load("hosted").spec.model_id == "b"
 
 
 def test_states_follow_the_engine(host_engine):
@@ -126,7 +126,7 @@ def test_states_follow_the_engine(host_engine):
     stream.close()
     service.unload("hosted")
     assert engine.state == "stopped"
-    assert service.loaded_models() == []
+    assert service.describe_models() == []
 
 
 def test_an_implementation_that_fails_to_import_crashes_the_engine(plugin_site):

@@ -15,7 +15,7 @@ from mizuoto_sdk.host import EngineRequest, RuntimeService
 @pytest.fixture
 def handle(host_engine):
     service = RuntimeService(discovery=host_engine.discovery)
-    return service.loaded(host_engine.engine_id, "a")
+    return service.load(host_engine.engine_id, "a")
 
 
 def labels(events):

@@ -45,7 +45,7 @@ def test_path_leaves_torch_unimported(path):
 def test_the_first_load_imports_torch():
     script = (
         "import sys; from mizuoto_sdk.host import RuntimeService; "
-        "RuntimeService().loaded('sine'); print('torch' in sys.modules)"
+        "RuntimeService().load('sine'); print('torch' in sys.modules)"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False

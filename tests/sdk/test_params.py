@@ -173,7 +173,7 @@ def service(host_engine):
 
 def test_the_engine_gets_checked_values_with_defaults_filled(service):
     request = EngineRequest(params={"mode": "echo_params", "chunks": 1, "seed": 5})
-    (chunk,) = service.loaded("declared").synthesize("hi", request)
+    (chunk,) = service.load("declared").synthesize("hi", request)
     assert chunk.metadata["params"] == {
         "mode": "echo_params",
         "chunks": 1,
@@ -200,14 +200,14 @@ def test_the_engine_gets_checked_values_with_defaults_filled(service):
 )
 def test_the_host_refuses_a_bad_param_before_the_engine_runs(service, host_engine, params, field):
     with pytest.raises(InvalidRequest) as caught:
-        service.loaded("declared").synthesize("hi", EngineRequest(params=params))
+        service.load("declared").synthesize("hi", EngineRequest(params=params))
     assert caught.value.detail["field"] == field
     assert caught.value.detail["engine"] == "declared"
     assert not [event for event in host_engine.events if event[0] != "load"]
 
 
 def test_the_host_refuses_a_bad_param_without_loading_an_unloaded_model(service, host_engine):
-    handle = service.loaded("declared")
+    handle = service.load("declared")
     handle.engine.unload()
     host_engine.events.clear()
     with pytest.raises(InvalidRequest):
@@ -217,7 +217,7 @@ def test_the_host_refuses_a_bad_param_without_loading_an_unloaded_model(service,
 
 def test_an_engine_without_declared_params_gets_them_as_given(service):
     request = EngineRequest(params={"mode": "echo_params", "chunks": 1, "made_up": [1, 2]})
-    (chunk,) = service.loaded("hosted", "a").synthesize("hi", request)
+    (chunk,) = service.load("hosted", "a").synthesize("hi", request)
     assert chunk.metadata["params"] == {"mode": "echo_params", "chunks": 1, "made_up": [1, 2]}
 
 

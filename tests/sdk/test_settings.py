@@ -49,7 +49,7 @@ def test_a_simulated_device_smaller_than_a_byte_is_refused(value):
     ],
 )
 def test_extreme_accepted_values_load_an_engine(settings):
-    handle = RuntimeService(settings).loaded("sine")
+    handle = RuntimeService(settings).load("sine")
     chunks = list(handle.synthesize("ab cd"))
     assert len(chunks) == 2
 

@@ -93,7 +93,7 @@ seen["doctor"] = [code, doctor["torch"]["installed"],
                   {e["id"]: e["available"] for e in doctor["engines"]}]
 
 service = RuntimeService()
-handle = service.loaded("notorch")
+handle = service.load("notorch")
 def audio(seed):
     chunks = handle.synthesize("two words", EngineRequest(params={"seed": seed}))
     return b"".join(c.samples.tobytes() for c in chunks)
@@ -103,11 +103,11 @@ audio = [audio(seed) for seed in (5, 5, 6)]
 seen["host"] = [len(audio[0]), audio[0] == audio[1], audio[0] != audio[2]]
 for options in ({"use_runtime": True}, {"list_handle": True}):
     try:
-        service.loaded("notorch", options=options)
+        service.load("notorch", options=options)
     except EngineError as error:
         seen[next(iter(options))] = [error.code, str(error)]
 try:
-    service.loaded("sine")
+    service.load("sine")
 except EngineError as error:
     seen["sine"] = [error.code, error.detail.get("reason"), str(error)]
 
@@ -175,9 +175,9 @@ def test_uses_torch_must_be_a_bool():
 def test_a_torch_free_engine_runs_beside_torch_without_the_runtime(monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURE_SITE))
     service = RuntimeService(discovery=Discovery(path=[str(FIXTURE_SITE)], selection=None))
-    handle = service.loaded("notorch")
+    handle = service.load("notorch")
     chunks = list(handle.synthesize("one two three"))
     assert len(chunks) == 3
     assert service.started_runtime is None
-    assert service.loaded_models()[0]["components"] == []
+    assert service.describe_models()[0]["components"] == []
     assert service.unload() == ["notorch/default@cpu"]

@@ -24,7 +24,7 @@ from mizuoto_sdk.host import EngineRequest
 if TYPE_CHECKING:
     from mizuoto_contract.subject import Subject
     from mizuoto_runtime.context import RequestContext
-    from mizuoto_sdk.host import LocalHandle
+    from mizuoto_sdk.host import LocalModel
 
 # After a cancel or a timeout the call ends within this many seconds (documented).
 STOP_BOUND_SECONDS = 2.0
@@ -169,7 +169,7 @@ def _kind(kind: str, error: BaseException | None) -> Outcome:
 
 
 def interrupt_engine(
-    subject: Subject, handle: LocalHandle, ctx: RequestContext, reason: str
+    subject: Subject, handle: LocalModel, ctx: RequestContext, reason: str
 ) -> Interrupted:
     """Stop the engine's own stream (no host in between) with ``ctx.cancel(reason)``."""
     stream = subject.engine_stream(handle, ctx)
@@ -181,7 +181,7 @@ def interrupt_engine(
     return _interrupt(iter(stream), step, lambda: ctx.cancel(reason), allow_extra_chunks=False)  # type: ignore[call-overload]
 
 
-def interrupt_host(subject: Subject, handle: LocalHandle) -> Interrupted:
+def interrupt_host(subject: Subject, handle: LocalModel) -> Interrupted:
     """Cancel a seeded stream through the host (the request's cancel).
 
     The host forwards a cancel to the engine within its watch interval, so a chunk or two may

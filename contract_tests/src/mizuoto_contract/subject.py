@@ -25,7 +25,7 @@ import attrs
 from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, EngineError, EngineManifest
-from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalHandle, RuntimeService
+from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalModel, RuntimeService
 
 STREAMING = ("synthesize", "convert", "edit")
 SEED = 1234
@@ -82,13 +82,13 @@ class Subject:
     def service(self, settings: Mapping[str, object] | None = None) -> RuntimeService:
         return RuntimeService(settings, discovery=self.discovery)
 
-    def load(self, service: RuntimeService | None = None) -> LocalHandle:
+    def load(self, service: RuntimeService | None = None) -> LocalModel:
         """A freshly loaded model (a new host each time unless ``service`` is given).
 
         Raises NotLoadable (a Skip) when loading fails with an EngineError.
         """
         try:
-            return (service or self.service()).loaded(self.engine_id, device=self.device)
+            return (service or self.service()).load(self.engine_id, device=self.device)
         except EngineError as error:
             culprit = "load.device" if self._class_usable() else "discovery.class_matches_manifest"
             raise NotLoadable(
@@ -114,17 +114,17 @@ class Subject:
         }[self.capability or "synthesize"]
 
     def stream(
-        self, handle: LocalHandle, request: EngineRequest | None = None
+        self, handle: LocalModel, request: EngineRequest | None = None
     ) -> Iterator[AudioChunk]:
         """The host's stream of the checked capability."""
         method = getattr(handle, self.capability or "synthesize")
         return method(*self.arguments(), request)
 
-    def audio(self, handle: LocalHandle, seed: int) -> bytes:
+    def audio(self, handle: LocalModel, seed: int) -> bytes:
         """All of a seeded stream's samples, as bytes, through the host."""
         return join(list(self.stream(handle, EngineRequest(params={"seed": seed}))))
 
-    def close_early(self, handle: LocalHandle) -> EngineError | None:
+    def close_early(self, handle: LocalModel) -> EngineError | None:
         """Take one chunk of a seeded stream, then close it; the error closing raised, if any.
 
         A failing close is stream.early_close's to report; the other checks that abort streams
@@ -153,12 +153,12 @@ class Subject:
 
     def engine_stream(
         self,
-        handle: LocalHandle,
+        handle: LocalModel,
         ctx: RequestContext,
         params: Mapping[str, object] | None = None,
     ) -> object:
         """What the engine's own method returns (no host in between)."""
-        method = getattr(handle.loaded, self.capability or "synthesize")
+        method = getattr(handle.loaded_engine, self.capability or "synthesize")
         with self.direct(ctx):
             return method(*self.arguments(), self.params(params), ctx)
 

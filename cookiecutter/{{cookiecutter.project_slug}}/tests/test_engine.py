@@ -23,7 +23,7 @@ SAMPLE_RATE = 16_000
 @pytest.fixture(scope="module")
 def handle():
     service = RuntimeService()
-    yield service.loaded(ENGINE_ID, device="cpu")
+    yield service.load(ENGINE_ID, device="cpu")
     service.unload()
 
 
@@ -91,7 +91,7 @@ def test_convert_refuses_empty_audio_naming_the_field(handle):
 def test_every_declared_dtype_loads_and_speaks(dtype):
     service = RuntimeService()
     try:
-        samples = joined(speak(service.loaded(ENGINE_ID, device="cpu", dtype=dtype), "hi", seed=1))
+        samples = joined(speak(service.load(ENGINE_ID, device="cpu", dtype=dtype), "hi", seed=1))
     finally:
         service.unload()
     assert samples.dtype == np.float32 and np.isfinite(samples).all()

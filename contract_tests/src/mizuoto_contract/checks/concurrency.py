@@ -7,12 +7,12 @@ import threading
 
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.subject import SEED, Subject, differ, join
-from mizuoto_sdk.host import EngineRequest, LocalHandle
+from mizuoto_sdk.host import EngineRequest, LocalModel
 
 _JOIN_SECONDS = 600.0
 
 
-def _together(subject: Subject, handle: LocalHandle, seeds: tuple[int, ...]) -> list[bytes]:
+def _together(subject: Subject, handle: LocalModel, seeds: tuple[int, ...]) -> list[bytes]:
     """One stream per seed, each on its own thread, pulled in lock step so that they overlap."""
     barrier = threading.Barrier(len(seeds))
     results: list[bytes | None] = [None] * len(seeds)
@@ -51,7 +51,7 @@ def _together(subject: Subject, handle: LocalHandle, seeds: tuple[int, ...]) -> 
     return [r for r in results if r is not None]
 
 
-def _compare(subject: Subject, handle: LocalHandle, how: str) -> None:
+def _compare(subject: Subject, handle: LocalModel, how: str) -> None:
     seeds = (SEED, SEED + 1)
     serial = [subject.audio(handle, seed) for seed in seeds]
     together = _together(subject, handle, seeds)
@@ -69,13 +69,13 @@ def _compare(subject: Subject, handle: LocalHandle, how: str) -> None:
         )
 
 
-def _streaming_budget_mb(handle: LocalHandle) -> float | None:
+def _streaming_budget_mb(handle: LocalModel) -> float | None:
     """A simulated device size that holds half the model (at least two of its largest parts),
     so that the rest streams layer by layer; None when no such size is smaller than the model."""
-    if not handle.handles or handle.spec.device != "cpu":
+    if not handle.model_handles or handle.spec.device != "cpu":
         return None
-    total = sum(h.size_bytes for h in handle.handles)
-    largest = max(p.nbytes for h in handle.handles for p in h.parts)
+    total = sum(h.size_bytes for h in handle.model_handles)
+    largest = max(p.nbytes for h in handle.model_handles for p in h.parts)
     budget = max(total // 2, 2 * largest)
     return budget / 2**20 if budget < total else None
 

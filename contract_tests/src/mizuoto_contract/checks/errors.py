@@ -38,7 +38,7 @@ def not_mutated(subject: Subject) -> None:
         "convert": (audio,),
         "edit": (audio, subject.text),
     }[subject.capability or "synthesize"]
-    method = getattr(handle.loaded, subject.capability or "synthesize")
+    method = getattr(handle.loaded_engine, subject.capability or "synthesize")
     with subject.direct(ctx):
         returned = method(*arguments, params, ctx)
     _drain(subject, ctx, returned)
@@ -68,7 +68,7 @@ def _raises_code(
 
 def unsupported(subject: Subject) -> None:
     handle = subject.load()
-    loaded, ctx = handle.loaded, RequestContext(seed=SEED)
+    loaded, ctx = handle.loaded_engine, RequestContext(seed=SEED)
     audio, params = sample_audio(), subject.params({"seed": SEED})
     calls = {
         "synthesize": lambda: loaded.synthesize("hello", params, ctx),
@@ -97,7 +97,7 @@ def invalid_input(subject: Subject) -> None:
     import numpy as np
 
     handle = subject.load()
-    loaded, ctx, params = handle.loaded, RequestContext(seed=SEED), subject.params({"seed": SEED})
+    loaded, ctx, params = handle.loaded_engine, RequestContext(seed=SEED), subject.params({"seed": SEED})
     empty = AudioChunk(np.zeros(0, np.float32), 16_000)
     cases = {
         "synthesize": ("synthesize('')", lambda: loaded.synthesize("", params, ctx)),

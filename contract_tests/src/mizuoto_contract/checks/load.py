@@ -52,7 +52,7 @@ def _modules(value: object, depth: int = 0) -> Iterator[object]:
 
 def handles_declared(subject: Subject) -> None:
     handle = subject.load()
-    loaded = handle.loaded
+    loaded = handle.loaded_engine
     try:
         declared = list(loaded.handles)
     except TypeError:
@@ -80,7 +80,7 @@ def handles_declared(subject: Subject) -> None:
 
 def describe_json(subject: Subject) -> None:
     handle = subject.load()
-    description = handle.loaded.describe()
+    description = handle.loaded_engine.describe()
     handle.engine.unload()
     try:
         json.dumps(dict(description))

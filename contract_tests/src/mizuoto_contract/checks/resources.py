@@ -90,7 +90,7 @@ def unload_releases(subject: Subject) -> None:
     handle = subject.load(service)
     if subject.capability is not None:
         subject.audio(handle, SEED)
-    refs = _weak(handle.loaded)
+    refs = _weak(handle.loaded_engine)
     service.unload()
     del handle, service
     gc.collect()

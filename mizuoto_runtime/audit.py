@@ -192,7 +192,7 @@ class _Scanner(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = _function
 
-    def visit_With(self, node: ast.With) -> None:
+    def _with(self, node: ast.With | ast.AsyncWith) -> None:
         catching = any(
             self.resolve(i.context_expr.func) == "warnings.catch_warnings"
             for i in node.items
@@ -210,7 +210,7 @@ class _Scanner(ast.NodeVisitor):
             self.visit(statement)
         self.catching_warnings -= catching
 
-    visit_AsyncWith = visit_With
+    visit_With = visit_AsyncWith = _with
 
     def visit_Expr(self, node: ast.Expr) -> None:
         if isinstance(node.value, ast.Call) and self.resolve(node.value.func) in _STATEMENT_CALLS:

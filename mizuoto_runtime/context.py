@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    # snapshot_random's value: each device's generator state, and the numpy rng's (or None)
+    RandomState = tuple[dict[str, torch.Tensor], Mapping[str, Any] | None]
+
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +138,7 @@ class RequestContext:
         self._rng: np.random.Generator | None = None
         self.manager = manager
 
-    def generator_for(self, device: object) -> torch.Generator:
+    def generator_for(self, device: str | torch.device | int) -> torch.Generator:
         """This call's torch generator for ``device``, seeded with the request's seed.
 
         Repeated calls return the same generator, so draws continue one stream per device.
@@ -301,14 +304,14 @@ class RequestContext:
             self, phase, fn, args, kwargs, handles=handles, working_bytes=working_bytes, shape=shape
         )
 
-    def snapshot_random(self) -> object:
+    def snapshot_random(self) -> RandomState:
         """The state of this call's generators, for ``restore_random`` before a re-run."""
         rng = None if self._rng is None else self._rng.bit_generator.state
         return {key: g.get_state() for key, g in self._generators.items()}, rng
 
-    def restore_random(self, state: object) -> None:
+    def restore_random(self, state: RandomState) -> None:
         """Put the generators back as ``snapshot_random`` saw them (later ones start afresh)."""
-        generators, rng = state  # type: ignore[misc]
+        generators, rng = state
         for key in list(self._generators):
             if key not in generators:
                 del self._generators[key]

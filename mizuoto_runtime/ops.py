@@ -25,6 +25,8 @@ are constructed (tied weights: tied after construction, the first layer's values
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +75,10 @@ class default:
         pass
 
 
+@overload
+def _like(tensor: Tensor, x: Tensor) -> Tensor: ...
+@overload
+def _like(tensor: Tensor | None, x: Tensor) -> Tensor | None: ...
 def _like(tensor: Tensor | None, x: Tensor) -> Tensor | None:
     """``tensor`` in ``x``'s dtype and on its device; the same object when it already is."""
     if tensor is None or (tensor.dtype == x.dtype and tensor.device == x.device):
@@ -84,13 +90,15 @@ def _conv_transpose(
     layer: nn.modules.conv._ConvTransposeNd,
     input: Tensor,
     output_size: list[int] | None,
-    function,
+    function: Callable[..., Tensor],
     spatial_dims: int,
 ) -> Tensor:
     """torch's ConvTranspose forward, with weight and bias cast like the input."""
     if layer.padding_mode != "zeros":
         raise ValueError(f"Only `zeros` padding mode is supported for {type(layer).__name__}")
-    output_padding = layer._output_padding(
+    # torch annotates these list[int]; its own forward passes the layer's tuples, as here
+    padding_of: Callable[..., list[int]] = layer._output_padding
+    output_padding = padding_of(
         input,
         output_size,
         layer.stride,
@@ -215,7 +223,7 @@ def _init_embedding(
     layer: nn.Module, weight: Tensor, bias: Tensor | None, generator: torch.Generator
 ) -> None:
     nn.init.normal_(weight, generator=generator)
-    if layer.padding_idx is not None:
+    if isinstance(layer, nn.Embedding) and layer.padding_idx is not None:
         weight[layer.padding_idx].fill_(0)
 
 
@@ -231,7 +239,11 @@ def _init_norm(
         reset_running_stats()
 
 
-def _initializer(layer: nn.Module):
+# (layer, weight, bias, generator); weight is Any: a Tensor, or None for a norm without affine
+_Init = Callable[[nn.Module, Any, Tensor | None, torch.Generator], None]
+
+
+def _initializer(layer: nn.Module) -> _Init | None:
     if isinstance(layer, _KAIMING):
         return _init_kaiming
     if isinstance(layer, nn.Embedding):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from typing import Any, TypeGuard
 
 import attrs
 import torch
@@ -38,11 +39,11 @@ def _invalid(field: str, expected: str, got: object) -> InvalidSamplingParams:
     )
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_real(value: object) -> bool:
+def _is_real(value: object) -> TypeGuard[numbers.Real]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -51,18 +52,18 @@ def _is_real(value: object) -> bool:
 
 
 def _to_float(value: object) -> object:
-    return float(value) if _is_real(value) else value  # type: ignore[arg-type]
+    return float(value) if _is_real(value) else value
 
 
 def _to_int(value: object) -> object:
-    return int(value) if _is_int(value) else value  # type: ignore[call-overload]
+    return int(value) if _is_int(value) else value
 
 
 def _to_token_ids(value: object) -> object:
     if value is None:
         return ()
     if _is_int(value):
-        return (int(value),)  # type: ignore[call-overload]
+        return (int(value),)
     if isinstance(value, (list, tuple)) and all(_is_int(token) for token in value):
         return tuple(int(token) for token in value)
     return value
@@ -78,27 +79,29 @@ def _to_token_sequences(value: object) -> object:
     return value
 
 
-def _check_bool(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_bool(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool):
         raise _invalid(attribute.name, "True or False", value)
 
 
-def _check_count(_: object, attribute: attrs.Attribute, value: object) -> None:
-    if not _is_int(value) or value < 0:  # type: ignore[operator]
+def _check_count(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not _is_int(value) or value < 0:
         raise _invalid(attribute.name, "an integer >= 0", value)
 
 
-def _check_positive(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_positive(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, float) or not math.isfinite(value) or value <= 0:
         raise _invalid(attribute.name, "a finite number > 0", value)
 
 
-def _check_fraction(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_fraction(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, float) or not 0.0 <= value <= 1.0:
         raise _invalid(attribute.name, "a number in [0, 1]", value)
 
 
-def _check_temperature(params: SamplingParams, attribute: attrs.Attribute, value: object) -> None:
+def _check_temperature(
+    params: SamplingParams, attribute: attrs.Attribute[Any], value: object
+) -> None:
     # Upstream only builds the temperature warper when sampling, so temperature=0 with greedy
     # decoding is a common, harmless idiom; sampling at 0 would divide by zero.
     if not isinstance(value, float) or not math.isfinite(value) or value < 0:
@@ -109,15 +112,15 @@ def _check_temperature(params: SamplingParams, attribute: attrs.Attribute, value
 
 
 def _are_token_ids(value: object) -> bool:
-    return isinstance(value, tuple) and all(_is_int(token) and token >= 0 for token in value)
+    return isinstance(value, tuple) and all(_is_int(token) and int(token) >= 0 for token in value)
 
 
-def _check_token_ids(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_token_ids(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not _are_token_ids(value):
         raise _invalid(attribute.name, "a token id >= 0 or a list of them", value)
 
 
-def _check_token_sequences(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_token_sequences(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, tuple) or not all(word and _are_token_ids(word) for word in value):
         raise _invalid(attribute.name, "a list of non-empty lists of token ids >= 0", value)
 

@@ -117,11 +117,11 @@ def _changed_config(config: object) -> list[tuple[str, object]]:
     Only those: a config module imported for the first time holds its defaults, so importing
     one (torch.compile does) is no change, and an entry set away from its default is one.
     """
-    values = sorted(config.get_config_copy().items())  # type: ignore[attr-defined]
+    values = sorted(config.get_config_copy().items())  # type: ignore[attr-defined]  # a torch config module
     declared = getattr(config, "_config", None)  # torch's entries, each with its default
     if not isinstance(declared, dict):
         return values
-    changed = []
+    changed: list[tuple[str, object]] = []
     for name, value in values:
         default = getattr(declared.get(name), "default", _UNKNOWN)
         try:

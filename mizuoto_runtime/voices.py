@@ -25,6 +25,7 @@ def voice_roots(settings: Mapping[str, object], *own: str | os.PathLike[str] | N
     listed = settings.get(ROOTS_SETTING) or ()
     if isinstance(listed, str | os.PathLike):
         listed = (listed,)
+    # voices.roots is a setting (object): a path or a list of paths
     folders = [*(folder for folder in own if folder is not None), *listed]  # type: ignore[misc]
     return [Path(os.path.abspath(folder)) for folder in folders]
 

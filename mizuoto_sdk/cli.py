@@ -394,7 +394,7 @@ def _runtime(args: argparse.Namespace) -> int:
 
 
 def _mib(count: object) -> str:
-    return f"{int(count) / 2**20:.1f} MiB"  # type: ignore[call-overload]
+    return f"{int(count) / 2**20:.1f} MiB"  # type: ignore[call-overload]  # a byte count
 
 
 if __name__ == "__main__":

@@ -148,9 +148,9 @@ class Discovery:
                 f"{_describe(error)}",
                 {"engine": engine_id, "traceback": traceback.format_exc()},
             ) from error
-        _check_engine_class(manifest, target)
+        engine_class = _check_engine_class(manifest, target)
         try:
-            bound = with_manifest_facts(target, manifest)  # type: ignore[arg-type]
+            bound = with_manifest_facts(engine_class, manifest)
         except Exception as error:  # e.g. an __init_subclass__ that refuses subclasses
             raise EngineUnavailable(
                 f"engine {engine_id!r}: cannot bind the manifest's values on "
@@ -368,7 +368,8 @@ def _import_implementation(manifest: EngineManifest) -> object:
     return target
 
 
-def _check_engine_class(manifest: EngineManifest, target: object) -> None:
+def _check_engine_class(manifest: EngineManifest, target: object) -> type[Engine]:
+    """``target`` when it is an Engine subclass that agrees with ``manifest``."""
     if not (isinstance(target, type) and issubclass(target, Engine)):
         raise EngineUnavailable(
             f"engine {manifest.id!r}: {manifest.implementation} is {_safe_repr(target)}, not a "
@@ -397,11 +398,12 @@ def _check_engine_class(manifest: EngineManifest, target: object) -> None:
                 f"declares {in_manifest!r}; make them equal",
                 {"engine": manifest.id, "field": name.lower()},
             )
+    return target
 
 
-def discover(**options: object) -> Discovery:
+def discover(**options: Any) -> Discovery:
     """The engines installed in this environment (see ``Discovery`` for the options)."""
-    return Discovery(**options)  # type: ignore[arg-type]
+    return Discovery(**options)
 
 
 def get_engine(engine_id: str) -> type[Engine]:

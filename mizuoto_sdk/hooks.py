@@ -17,7 +17,7 @@ class EngineHooks:
     """Hook specifications. New hooks and new (opt-in) arguments are added, never changed."""
 
     @hookspec
-    def mizuoto_engines(self) -> list[EngineManifest]:  # type: ignore[empty-body]
+    def mizuoto_engines(self) -> list[EngineManifest]:  # type: ignore[empty-body]  # a hook spec has no body
         """Return the manifests of the engines this plugin provides.
 
         Runs while engines are listed, so it must be cheap and import neither torch nor the

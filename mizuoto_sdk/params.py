@@ -212,8 +212,8 @@ class Param:
         if kind == "int" and isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
         real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        if kind == "float" and real and math.isfinite(value):  # type: ignore[arg-type]
-            return float(value)  # type: ignore[arg-type]
+        if kind == "float" and real and isinstance(value, numbers.Real) and math.isfinite(value):
+            return float(value)
         if kind == "bool" and isinstance(value, bool):
             return value
         if kind == "str" and isinstance(value, str):

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from mizuoto_runtime.context import RequestContext, current_context
+
+if TYPE_CHECKING:
+    from torch.cuda import _POOL_HANDLE
 
 __all__ = ["GRAPHS", "Graphs"]
 
@@ -39,7 +43,12 @@ def _note(ctx: RequestContext | None, name: str, what: str) -> None:
 
 
 class _Captured:
-    def __init__(self, graph: torch.cuda.CUDAGraph, inputs: list[Tensor], outputs) -> None:
+    def __init__(
+        self,
+        graph: torch.cuda.CUDAGraph,
+        inputs: list[Tensor],
+        outputs: Tensor | tuple[Tensor, ...],
+    ) -> None:
         self.graph, self.inputs, self.outputs = graph, inputs, outputs
 
 
@@ -60,7 +69,7 @@ class Graphs:
         enabled: bool = True,
         generator: torch.Generator | None = None,
         warmup: int = 2,
-        pool: object = None,
+        pool: _POOL_HANDLE | None = None,
     ) -> None:
         self.fn, self.name, self.generator, self.warmup = fn, name, generator, warmup
         self.device = torch.device(device)
@@ -80,7 +89,7 @@ class Graphs:
     def active(self) -> bool:
         return self.reason is None
 
-    def __call__(self, *inputs: Tensor):
+    def __call__(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
         ctx = current_context()
         if not self.active:
             _note(ctx, self.name, f"eager: {self.reason}")
@@ -117,7 +126,7 @@ class Graphs:
             for _ in range(self.warmup):
                 self.fn(*static)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        if state is not None:
+        if self.generator is not None and state is not None:
             self.generator.set_state(state)  # warm-up draws are not the request's draws
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()

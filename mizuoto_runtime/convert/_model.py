@@ -94,10 +94,12 @@ class OnnxGraph:
         """Graphs held by node attributes (If branches, Loop and Scan bodies), outermost first."""
         for node in self.nodes:
             for attribute in node.attributes:
-                held = attribute.value if attribute.kind == "graphs" else (attribute.value,)
-                for graph in held if attribute.kind in ("graph", "graphs") else ():
-                    yield graph
-                    yield from graph.subgraphs()
+                value = attribute.value  # kind "graph": a graph; "graphs": a tuple of them
+                held = value if isinstance(value, tuple) else (value,)
+                for graph in held:
+                    if isinstance(graph, OnnxGraph):
+                        yield graph
+                        yield from graph.subgraphs()
 
     def tensors(self) -> Iterator[OnnxTensor]:
         """Initializers and Constant outputs of this graph, then of every subgraph."""

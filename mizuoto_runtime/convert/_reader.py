@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -378,9 +379,10 @@ def _constant_tensor(node: OnnxNode) -> OnnxTensor | None:
         if attribute.kind != kind:
             continue
         is_list = kind.endswith("s")
-        items = attribute.value if is_list else (attribute.value,)
+        # a list kind ("floats", "ints", "strings") holds a tuple
+        items = cast("tuple[Any, ...]", attribute.value) if is_list else (attribute.value,)
         if code == 8:
-            typed = np.empty(len(items), object)
+            typed = np.empty(len(items), np.object_)
             typed[:] = [bytes(item) for item in items]
         else:
             typed = np.array(items, dtype=DATA_TYPES[code].numpy_dtype)

@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import attrs
 import numpy as np
@@ -185,7 +185,8 @@ class OnnxTensor:
         if data.typed is not None:
             return data.typed.reshape(self.dims)
         label = f"tensor {self.name!r}"
-        raw = data.raw if data.raw is not None else data.external.read(label)
+        # exactly one of raw, typed, external is set
+        raw = data.raw if data.raw is not None else cast(ExternalSlice, data.external).read(label)
         data_type = self.dtype
         count = math.prod(self.dims)
         if data_type.bits >= 8:
@@ -219,7 +220,8 @@ class OnnxTensor:
                 digest.update(len(item).to_bytes(8, "little"))
                 digest.update(item)
         else:
-            digest.update(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+            flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+            digest.update(flat)  # type: ignore[arg-type]  # numpy types __buffer__ from Python 3.12
         return digest.hexdigest()
 
 

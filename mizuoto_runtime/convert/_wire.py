@@ -14,7 +14,8 @@ above what CPython measurably spends on each kind of field).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -235,7 +236,7 @@ class Allowance:
 
     __slots__ = ("charges", "check", "left", "limit")
 
-    def __init__(self, size: int, check: object = None) -> None:
+    def __init__(self, size: int, check: Callable[[], None] | None = None) -> None:
         self.limit = MEMORY_FACTOR * size + MEMORY_FLOOR
         self.left = self.limit
         self.charges = 0
@@ -251,7 +252,7 @@ class Allowance:
                 "refused as a file built to exhaust memory"
             )
         if self.check is not None and self.charges % 4096 == 0:
-            self.check()  # type: ignore[operator]
+            self.check()
 
 
 class Schema:
@@ -282,10 +283,11 @@ class Message:
     __slots__ = ("last_seen", "values")
 
     def __init__(self) -> None:
-        self.values: dict[str, object] = {}
+        # Any: a value's type is what the schema declares for its field (str, int, spans, ...)
+        self.values: dict[str, Any] = {}
         self.last_seen: dict[str, int] = {}
 
-    def get(self, name: str, default: object = None) -> object:
+    def get(self, name: str, default: object = None) -> Any:
         return self.values.get(name, default)
 
 
@@ -322,7 +324,7 @@ def decode(
         elif found is None:
             values[name] = _EMPTY[base]
         else:
-            array = found.array()
+            array = cast(_Numbers, found).array()  # a repeated number is stored as _Numbers
             if base == "int32":
                 array = array.astype("<u4")
             values[name] = array.view(_SIGNED[base]) if base in _SIGNED else array
@@ -362,10 +364,11 @@ def _store(
         span = (start, end)
         values.setdefault(name, []).append([span] if repeated else span)
         return
-    payload: object = buf[start:end]
+    raw = buf[start:end]
+    payload: object = raw
     if base == "string":
         try:
-            payload = str(payload, "utf-8")
+            payload = str(raw, "utf-8")
         except UnicodeDecodeError as error:
             label = _label(context, field, name)
             raise OnnxFormatError(f"{label}: not UTF-8 ({error})") from None

@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 
-def parse_onnx(data: bytes | memoryview, directory: str | os.PathLike | None = None) -> OnnxModel:
+def parse_onnx(
+    data: bytes | memoryview | mmap.mmap, directory: str | os.PathLike | None = None
+) -> OnnxModel:
     """Parse a model held in memory. ``directory`` is where external data files are looked up;
     without it a model with external data is rejected. Tensors keep views of ``data``."""
     buf = memoryview(data).toreadonly().cast("B")
@@ -73,13 +75,17 @@ def load_onnx(path: str | os.PathLike) -> OnnxModel:
         raise
 
 
+def _tensor_summary(tensor: OnnxTensor) -> dict[str, object]:
+    return {"dtype": tensor.dtype.name, "shape": list(tensor.dims), "sha256": tensor.sha256()}
+
+
 def _json_value(value: object) -> object:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
     if isinstance(value, OnnxTensor):
-        return {"dtype": value.dtype.name, "shape": list(value.dims), "sha256": value.sha256()}
+        return _tensor_summary(value)
     if isinstance(value, OnnxGraph):
         return _describe_graph(value)
     if isinstance(value, tuple):
@@ -124,7 +130,7 @@ def describe(model: OnnxModel) -> dict[str, object]:
         "producer_version": model.producer_version,
         "opset_imports": [{"domain": o.domain, "version": o.version} for o in model.opset_imports],
         **_describe_graph(model.graph),
-        "tensors": [{"name": t.name, **_json_value(t)} for t in model.tensors()],
+        "tensors": [{"name": t.name, **_tensor_summary(t)} for t in model.tensors()],
     }
 
 

@@ -159,7 +159,9 @@ class DeviceService:
         """
         original = module._apply
 
-        def apply_on_cpu(fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True):
+        def apply_on_cpu(
+            fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+        ) -> torch.nn.Module:
             def keep(tensor: torch.Tensor) -> torch.Tensor:
                 # An empty probe shows where and to what dtype ``fn`` would send the tensor,
                 # without allocating on that device or copying the data there and back.
@@ -168,7 +170,7 @@ class DeviceService:
 
             return original(keep, recurse)
 
-        module._apply = apply_on_cpu  # type: ignore[method-assign]
+        module._apply = apply_on_cpu  # type: ignore[method-assign]  # on purpose: see the docstring
         module.cpu()
         return module
 
@@ -196,12 +198,12 @@ def _torch_properties(device: str) -> DeviceProperties:
         release = platform.mac_ver()[0]
         version = tuple(int(p) for p in release.split(".") if p.isdigit()) or None
         return DeviceProperties("mps", "Apple GPU", macos=version)
-    props = torch.xpu.get_device_properties(torch.device(device))
+    xpu = torch.xpu.get_device_properties(torch.device(device))
     return DeviceProperties(
         "xpu",
-        props.name,
+        xpu.name,
         bf16=bool(torch.xpu.is_bf16_supported()),
-        fp64=bool(getattr(props, "has_fp64", True)),
+        fp64=bool(getattr(xpu, "has_fp64", True)),
     )
 
 

@@ -41,7 +41,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.memory.handle import ModelHandle, indexed_device
@@ -285,7 +285,8 @@ class ModelManager:
                 with self._meter.measure(plan.keys()):
                     return fn(*args, **kwargs)
 
-            return self._attempts(lease, Plan(phase, working_bytes, shape), context, body)[1]
+            _, result = self._attempts(lease, Plan(phase, working_bytes, shape), context, body)
+            return cast(T, result)  # body ran to its end: result is what it returned
         finally:
             self._release(lease)
 
@@ -321,7 +322,7 @@ class ModelManager:
                 lease.stop()
             self._next_level(lease, plan, error, attempt, context, mark)
             plan = plan.retry()
-            if context is not None:
+            if context is not None and state is not None:
                 context.restore_random(state)
         raise AssertionError("unreachable")
 

@@ -191,7 +191,7 @@ class Streamer:
             parts = {id(p.module): p for p in streamed}
             self._routes[handle] = route(
                 handle.module,
-                [p.module for p in streamed],  # type: ignore[misc]
+                [p.module for p in streamed],  # type: ignore[misc]  # a unit part holds its module
                 lambda unit: self.enter(parts[id(unit)]),
                 lambda unit: self.exit(parts[id(unit)]),
             )

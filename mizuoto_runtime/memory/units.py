@@ -47,10 +47,11 @@ def route(
     ``module``: through its ``unit_gate`` when it calls one, else through forward hooks (the
     exit hook runs also when the forward raises). Returns what undoes it."""
     if calls_gate(module):
-        module.unit_gate = _Gate({id(unit) for unit in units}, enter, exit)
+        gate = _Gate({id(unit) for unit in units}, enter, exit)
+        module.unit_gate = gate  # type: ignore[assignment]  # stub: Tensor | Module only
 
         def ungate() -> None:
-            module.unit_gate = None
+            module.unit_gate = None  # type: ignore[assignment]  # as above
 
         return ungate
     hooks = []

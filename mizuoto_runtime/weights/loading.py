@@ -248,7 +248,7 @@ def load_into(
 def _expected_tensors(module: nn.Module) -> tuple[dict[str, Tensor], list[list[str]]]:
     """Every parameter and persistent buffer by name, and the names grouped by tensor (ties)."""
     persistent = module.state_dict(keep_vars=True).keys()
-    named = [*module.named_parameters(remove_duplicate=False)]
+    named: list[tuple[str, Tensor]] = [*module.named_parameters(remove_duplicate=False)]
     named += [*module.named_buffers(remove_duplicate=False)]
     expected = {name: t for name, t in named if name in persistent}
     by_tensor: dict[int, list[str]] = {}

@@ -68,3 +68,32 @@ def test_the_walkthrough_engine_works(tmp_path):
     )
     assert synth.returncode == 0, synth.stderr
     assert "2 chunks" in synth.stdout and out.stat().st_size > 44
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from mizuoto_sdk.host import EngineRequest, RuntimeService\n"
+            "model = RuntimeService().load('hum')\n"
+            "try:\n"
+            "    list(model.synthesize('one', EngineRequest(params={'loudness': 2})))\n"
+            "except Exception as error:\n"
+            "    print(error.code, error.detail['field'])\n",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert refused.stdout.split() == ["invalid_request", "params.loudness"], refused.stdout
+    contract = subprocess.run(
+        [sys.executable, "-m", "mizuoto_contract", "hum"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert contract.returncode == 0, contract.stdout[-3000:] + contract.stderr[-3000:]
+    assert " 0 failed" in contract.stdout, contract.stdout[-2000:]

@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk.audio import host_chunk
@@ -71,7 +71,7 @@ class Call:
         self._manager = runtime.manager if runtime is not None else None
         self._fail = fail
         self.ctx = RequestContext(
-            seed=params.get("seed"),
+            seed=cast("int | None", params.get("seed")),  # checked against SEED by the host
             params=params,
             settings=settings,
             compute=compute,

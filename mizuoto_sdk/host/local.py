@@ -206,7 +206,8 @@ class LocalEngine:
             loaded = None
             try:
                 with ctx.bind():
-                    loaded = engine.load(handle.spec, runtime, ctx)
+                    # a uses_torch=False engine gets a NoRuntime, and declares that it never uses it
+                    loaded = engine.load(handle.spec, runtime, ctx)  # type: ignore[arg-type]
                 if not isinstance(loaded, LoadedEngine):
                     raise TypeError(
                         f"{type(engine).__name__}.load returned {type(loaded).__name__}"

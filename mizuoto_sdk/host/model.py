@@ -51,6 +51,13 @@ class ModelOwner(Protocol):
 
     def failure(self, error: BaseException, keep: LocalModel | None = None) -> EngineError: ...
 
+    # What the host and the contract suite ask of a model's engine through the model:
+
+    @property
+    def state(self) -> str: ...
+
+    def unload(self, handle: LocalModel | None = None) -> list[str]: ...
+
 
 class LocalModel:
     """A model of an engine, answering the engine's capabilities through the host's calls.

@@ -11,7 +11,7 @@ import attrs
 from mizuoto_runtime.context import ProgressCallback
 
 
-def _check_timeout(instance: EngineRequest, attribute: attrs.Attribute, value: object) -> None:
+def _check_timeout(instance: EngineRequest, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
-from mizuoto_sdk.host.local import LocalEngine, LocalModel
+from mizuoto_sdk.host.local import LocalEngine
+from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import device_type
@@ -124,7 +125,7 @@ class RuntimeService:
         )
         return self.describe_models()
 
-    def describe_models(self) -> list[dict[str, object]]:
+    def describe_models(self) -> list[dict[str, Any]]:
         """What ``mizuoto runtime`` shows: each loaded model, where its weights are, busy or idle.
 
         ``components`` are the model's ModelHandles as the memory manager sees them; the byte
@@ -132,9 +133,9 @@ class RuntimeService:
         memory). An engine that declares no handles shows none and zero bytes.
         """
         rows = [] if self._runtime is None else self._runtime.manager.residency()
-        models = []
+        models: list[dict[str, Any]] = []
         for h in self.models():
-            components = [
+            components: list[dict[str, Any]] = [
                 {key: row[key] for key in _COMPONENT_FIELDS}
                 for row in rows
                 if row["owner"] == h.owner

@@ -26,15 +26,15 @@ from mizuoto_sdk.manifest import canonical_dtype, device_type
 
 def _device(key: str, value: object) -> str:
     try:
-        device_type(value)  # type: ignore[arg-type]
+        device_type(value)  # type: ignore[arg-type]  # raises TypeError for a non-string
     except (TypeError, ValueError) as error:
         raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
-    return value  # type: ignore[return-value]
+    return value  # type: ignore[return-value]  # device_type accepted it: a string
 
 
 def _dtype(key: str, value: object) -> str:
     try:
-        return canonical_dtype(value)  # type: ignore[arg-type]
+        return canonical_dtype(value)  # type: ignore[arg-type]  # raises TypeError for a non-string
     except (TypeError, ValueError) as error:
         raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
 
@@ -157,7 +157,8 @@ class Settings:
             raise InvalidRequest(f"setting keys are strings, got {key!r}", {"field": str(key)})
         name = ComputeSettings.field_of(key)
         if name is not None:
-            return getattr(ComputeSettings(**{name: value}), name)
+            checked: Any = value  # the field's own validator checks it
+            return getattr(ComputeSettings(**{name: checked}), name)
         if key in OTHER_KEYS:
             return OTHER_KEYS[key](key, value)
         parts = key.split(".")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mizuoto_runtime.audit import scan_tree
+from mizuoto_contract.audit import scan_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ import pytest
 
 from mizuoto_contract import CheckResult, run_contract
 from mizuoto_contract.checks import ALL
-from mizuoto_runtime.snapshot import snapshot
+from mizuoto_contract.snapshot import snapshot
 from mizuoto_sdk.host import Discovery
 
 CORPUS = Path(__file__).resolve().parent / "corpus"

@@ -158,7 +158,7 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
         import torch  # noqa: F401
 
     import mizuoto_runtime.runtime  # noqa: F401
-    from mizuoto_runtime.snapshot import snapshot
+    from mizuoto_contract.snapshot import snapshot
     from mizuoto_sdk.host import Discovery
 
     temp = tempfile.gettempdir()

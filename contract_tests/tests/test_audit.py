@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from mizuoto_runtime.audit import scan_source, scan_tree
+from mizuoto_contract.audit import scan_source, scan_tree
 
 BANNED = {
     "import torch\ntorch.manual_seed(0)": "global_rng",

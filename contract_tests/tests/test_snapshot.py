@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from mizuoto_runtime.snapshot import snapshot
+from mizuoto_contract.snapshot import snapshot
 
 
 def _restore_torch_rng(state=torch.get_rng_state()):  # noqa: B008 - read once at import

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 
 Tier = Literal["core", "streaming"]
 Status = Literal["passed", "failed", "xfail", "xpass", "skipped"]
-TIERS: tuple[str, ...] = ("core", "streaming")
 STATUSES: tuple[str, ...] = ("passed", "failed", "xfail", "xpass", "skipped")
 
 

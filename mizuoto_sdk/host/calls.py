@@ -13,7 +13,7 @@ import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from mizuoto_runtime.context import RequestContext
@@ -177,7 +177,7 @@ class Call:
             self.check_cancel()
             return result
 
-    def stream(self, method: str, *args: Any) -> Iterator[AudioChunk]:
+    def stream(self, method: str, *args: Any) -> Generator[AudioChunk, None, None]:
         """Drive the loaded engine's generator ``method`` lazily: it runs only while the caller
         asks for a chunk."""
         with self:

@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -114,20 +114,22 @@ class LocalModel:
     def end_call(self) -> None:
         self.engine.end_call(self)
 
-    def synthesize(self, text: str, request: EngineRequest | None = None) -> Iterator[AudioChunk]:
+    def synthesize(
+        self, text: str, request: EngineRequest | None = None
+    ) -> Generator[AudioChunk, None, None]:
         """A lazy stream of float32 mono chunks; close it to stop the engine early."""
         call = self._call("synthesize", request)
         return call.stream("synthesize", self._text(text), call.ctx.params)
 
     def convert(
         self, audio: AudioChunk, request: EngineRequest | None = None
-    ) -> Iterator[AudioChunk]:
+    ) -> Generator[AudioChunk, None, None]:
         call = self._call("convert", request)
         return call.stream("convert", self._audio(audio), call.ctx.params)
 
     def edit(
         self, audio: AudioChunk, text: str, request: EngineRequest | None = None
-    ) -> Iterator[AudioChunk]:
+    ) -> Generator[AudioChunk, None, None]:
         call = self._call("edit", request)
         return call.stream("edit", self._audio(audio), self._text(text), call.ctx.params)
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from mizuoto_contract import isolated
 from mizuoto_contract.checks import ALL, ISOLATED
 from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
-from mizuoto_contract.registry import Check, CheckResult
+from mizuoto_contract.registry import Check, CheckResult, Status
 from mizuoto_contract.subject import Subject, subject_for
 from mizuoto_contract.trace import short_traceback
 from mizuoto_sdk.discovery import normalize_name
@@ -69,7 +69,7 @@ def run_check(
     the failed check, so that one cause is reported once.
     """
 
-    def result(status: str, message: str = "", capability: bool = False) -> CheckResult:
+    def result(status: Status, message: str = "", capability: bool = False) -> CheckResult:
         return CheckResult(
             check.id,
             subject.engine_id,

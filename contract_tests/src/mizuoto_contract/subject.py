@@ -16,7 +16,7 @@ import secrets
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ class Subject:
 
     def stream(
         self, handle: LocalModel, request: EngineRequest | None = None
-    ) -> Iterator[AudioChunk]:
+    ) -> Generator[AudioChunk, None, None]:
         """The host's stream of the checked capability."""
         method = getattr(handle, self.capability or "synthesize")
         return method(*self.arguments(), request)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable
 
 from mizuoto_contract.outcome import Fail
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, sample_audio
 from mizuoto_runtime.context import RequestContext
-from mizuoto_sdk import AudioChunk, EngineError
+from mizuoto_sdk import AudioChunk, EngineError, LoadedEngine
 from mizuoto_sdk.manifest import CAPABILITIES
 
 UNKNOWN_OP = "mizuoto-contract.no-such-operation"
@@ -48,8 +49,15 @@ def not_mutated(subject: Subject) -> None:
         raise Fail("input audio left as passed", "its samples changed")
 
 
+def _loaded(subject: Subject) -> LoadedEngine:
+    loaded = subject.load().loaded_engine
+    if loaded is None:  # load() leaves the model loaded
+        raise Fail("a loaded engine after load", "none")
+    return loaded
+
+
 def _raises_code(
-    subject: Subject, ctx: RequestContext, call, code: str
+    subject: Subject, ctx: RequestContext, call: Callable[[], object], code: str
 ) -> tuple[str, str | None] | None:
     """None when ``call`` (or the stream it returns) raises EngineError ``code``, else what
     happened instead and where in the engine's code."""
@@ -67,8 +75,7 @@ def _raises_code(
 
 
 def unsupported(subject: Subject) -> None:
-    handle = subject.load()
-    loaded, ctx = handle.loaded_engine, RequestContext(seed=SEED)
+    loaded, ctx = _loaded(subject), RequestContext(seed=SEED)
     audio, params = sample_audio(), subject.params({"seed": SEED})
     calls = {
         "synthesize": lambda: loaded.synthesize("hello", params, ctx),
@@ -96,8 +103,8 @@ def _nowhere():
 def invalid_input(subject: Subject) -> None:
     import numpy as np
 
-    handle = subject.load()
-    loaded, ctx, params = handle.loaded_engine, RequestContext(seed=SEED), subject.params({"seed": SEED})
+    loaded, ctx = _loaded(subject), RequestContext(seed=SEED)
+    params = subject.params({"seed": SEED})
     empty = AudioChunk(np.zeros(0, np.float32), 16_000)
     cases = {
         "synthesize": ("synthesize('')", lambda: loaded.synthesize("", params, ctx)),

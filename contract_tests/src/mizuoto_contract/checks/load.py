@@ -53,6 +53,8 @@ def _modules(value: object, depth: int = 0) -> Iterator[object]:
 def handles_declared(subject: Subject) -> None:
     handle = subject.load()
     loaded = handle.loaded_engine
+    if loaded is None:  # load() leaves the model loaded
+        raise Fail("a loaded engine after load", "none")
     try:
         declared = list(loaded.handles)
     except TypeError:
@@ -80,7 +82,10 @@ def handles_declared(subject: Subject) -> None:
 
 def describe_json(subject: Subject) -> None:
     handle = subject.load()
-    description = handle.loaded_engine.describe()
+    loaded = handle.loaded_engine
+    if loaded is None:  # load() leaves the model loaded
+        raise Fail("a loaded engine after load", "none")
+    description = loaded.describe()
     handle.engine.unload()
     try:
         json.dumps(dict(description))

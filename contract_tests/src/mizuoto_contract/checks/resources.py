@@ -122,9 +122,9 @@ def no_threads(subject: Subject) -> None:
     left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     for thread in left:
         thread.join(timeout=0.5)
-    left = [t.name for t in left if t.is_alive()]
-    if left:
-        raise Fail("no thread left running after unload", ", ".join(left))
+    names = [t.name for t in left if t.is_alive()]
+    if names:
+        raise Fail("no thread left running after unload", ", ".join(names))
 
 
 def no_processes(subject: Subject) -> None:

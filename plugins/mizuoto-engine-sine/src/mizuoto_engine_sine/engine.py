@@ -11,6 +11,7 @@ with every character, so a request larger than any sentence is refused before an
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, cast
 
 from mizuoto_sdk import (
     AudioChunk,
@@ -21,6 +22,9 @@ from mizuoto_sdk import (
     RequestContext,
     Runtime,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 SAMPLE_RATE = 16_000
 NOTE_SECONDS = 0.06
@@ -58,7 +62,9 @@ class LoadedSine(LoadedEngine):
             raise InvalidRequest(
                 "text: is empty; give the words to turn into tones", {"field": "text"}
             )
-        speed = params["speed"]  # checked by the host against the manifest's declaration
+        speed = cast(
+            float, params["speed"]
+        )  # checked by the host against the manifest's declaration
         generator = ctx.generator_for(self.device)
         for index, word in enumerate(words):
             ctx.check_cancel()
@@ -66,7 +72,7 @@ class LoadedSine(LoadedEngine):
             ctx.progress(index + 1, len(words))
             yield AudioChunk(samples, SAMPLE_RATE, {"word": word})
 
-    def _word(self, word: str, speed: float, generator):  # -> torch.Tensor [n]
+    def _word(self, word: str, speed: float, generator: torch.Generator) -> torch.Tensor:  # [n]
         import torch
 
         note = round(SAMPLE_RATE * NOTE_SECONDS / speed)

@@ -6,6 +6,7 @@ bash scripts/install.sh
 ruff check .
 ruff format --check .
 lint-imports --no-cache
+mypy
 mkdocs build --strict --quiet
 status=0
 python -m pytest "$@" || status=$?

@@ -183,7 +183,12 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
         if left:
             out["temp_files"][phase] = [os.path.join(temp, name) for name in left]
 
-    def run(phase: str, body: Callable[[], None], processes=None, temps=None) -> bool:
+    def run(
+        phase: str,
+        body: Callable[[], object],
+        processes: dict[int, str] | None = None,
+        temps: set[str] | None = None,
+    ) -> bool:
         try:
             body()
         except Exception as error:
@@ -237,7 +242,7 @@ def _main(engine_id: str, device: str, text: str) -> dict[str, Any]:
             ),
         ]
         for phase, body in steps:
-            if not run(phase, body, *after_call):  # type: ignore[arg-type]
+            if not run(phase, body, *after_call):
                 return out
 
     def unloaded() -> None:

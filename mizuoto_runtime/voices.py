@@ -26,7 +26,7 @@ def voice_roots(settings: Mapping[str, object], *own: str | os.PathLike[str] | N
     if isinstance(listed, str | os.PathLike):
         listed = (listed,)
     # voices.roots is a setting (object): a path or a list of paths
-    folders = [*(folder for folder in own if folder is not None), *listed]  # type: ignore[misc]
+    folders = [*(folder for folder in own if folder is not None), *listed]  # type: ignore[misc]  # paths
     return [Path(os.path.abspath(folder)) for folder in folders]
 
 

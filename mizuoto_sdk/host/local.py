@@ -207,7 +207,7 @@ class LocalEngine:
             try:
                 with ctx.bind():
                     # a uses_torch=False engine gets a NoRuntime, and declares that it never uses it
-                    loaded = engine.load(handle.spec, runtime, ctx)  # type: ignore[arg-type]
+                    loaded = engine.load(handle.spec, runtime, ctx)  # type: ignore[arg-type]  # NoRuntime
                 if not isinstance(loaded, LoadedEngine):
                     raise TypeError(
                         f"{type(engine).__name__}.load returned {type(loaded).__name__}"

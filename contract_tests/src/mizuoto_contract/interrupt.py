@@ -122,7 +122,7 @@ def _interrupt(
             if kind != "chunk":
                 # Ended before any stop: nothing was interrupted.
                 error = value if kind == "error" else None
-                return Interrupted(_kind(kind, error), 0.0, False, 0, error)  # type: ignore[arg-type]
+                return Interrupted(_kind(kind, error), 0.0, False, 0, error)  # type: ignore[arg-type]  # an error when kind is 'error'
             chunks = 1
         stop()
         stopped = time.perf_counter()
@@ -149,10 +149,10 @@ def _interrupt(
                 puller.ask(pull)
                 continue
             error = value if kind == "error" else None
-            outcome = _kind(kind, error)  # type: ignore[arg-type]
+            outcome = _kind(kind, error)  # type: ignore[arg-type]  # as above
             if seconds > STOP_BOUND_SECONDS:
                 outcome = "slow"
-            return Interrupted(outcome, seconds, busy, chunks, error)  # type: ignore[arg-type]
+            return Interrupted(outcome, seconds, busy, chunks, error)  # type: ignore[arg-type]  # as above
     finally:
         close = getattr(stream, "close", None)
         puller.finish(None if hung else close)
@@ -178,7 +178,7 @@ def interrupt_engine(
         with subject.direct(ctx):
             return job()
 
-    return _interrupt(iter(stream), step, lambda: ctx.cancel(reason), allow_extra_chunks=False)  # type: ignore[call-overload]
+    return _interrupt(iter(stream), step, lambda: ctx.cancel(reason), allow_extra_chunks=False)  # type: ignore[call-overload]  # the engine's stream
 
 
 def interrupt_host(subject: Subject, handle: LocalModel) -> Interrupted:

@@ -228,7 +228,7 @@ class Subject:
             cwd=cwd,
             **streams,
         )
-        child.output = output  # type: ignore[attr-defined]
+        child.output = output  # type: ignore[attr-defined]  # the suite's note on the Popen
         for stream in streams.values():
             if hasattr(stream, "close"):
                 stream.close()

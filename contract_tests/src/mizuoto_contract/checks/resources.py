@@ -148,7 +148,7 @@ def no_temp_files(subject: Subject) -> None:
 
 def _tracked_bytes(service: object) -> int:
     """What the memory manager tracks; 0 while no engine that uses torch has started it."""
-    runtime = service.started_runtime  # type: ignore[attr-defined]
+    runtime = service.started_runtime  # type: ignore[attr-defined]  # service: a RuntimeService
     rows = runtime.manager.residency() if runtime is not None else []
     return sum(
         int(r["resident_bytes"]) + int(r["streamed_bytes"]) + int(r["host_bytes"]) for r in rows

@@ -24,7 +24,7 @@ LAZY_BOUND_SECONDS = 0.05
 
 def _first(subject: Subject, ctx: RequestContext, iterator: object) -> object:
     with subject.direct(ctx):
-        return next(iterator)  # type: ignore[call-overload]
+        return next(iterator)  # type: ignore[call-overload]  # an iterator: the engine's stream
 
 
 def returns_generator(subject: Subject) -> None:
@@ -71,7 +71,7 @@ def chunks_valid(subject: Subject) -> None:
 
     handle = subject.load()
     ctx = RequestContext(seed=SEED)
-    iterator = iter(subject.engine_stream(handle, ctx))  # type: ignore[call-overload]
+    iterator = iter(subject.engine_stream(handle, ctx))  # type: ignore[call-overload]  # the engine's stream
     roots = subject.sources()
     rates: list[int] = []
     count = 0
@@ -195,7 +195,7 @@ def equivalence(subject: Subject) -> None:
             break
         if isinstance(item, BaseException):
             raise item
-        chunks.append(item)  # type: ignore[arg-type]
+        chunks.append(item)  # type: ignore[arg-type]  # a chunk: None and errors are handled above
     streamed = join(chunks)
     whole = handle.collect(
         subject.capability or "synthesize",

@@ -57,8 +57,8 @@ def test_every_exported_name_resolves_and_is_listed():
     import mizuoto_runtime
     import mizuoto_sdk
     from mizuoto_runtime.context import RequestContext
-    from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.lm.decoder import QwenDecoder
+    from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.runtime import Runtime
 
     for module in (mizuoto_sdk, mizuoto_runtime):

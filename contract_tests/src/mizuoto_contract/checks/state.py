@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mizuoto_contract.audit import scan_tree
 from mizuoto_contract.isolated import PHASES, report
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import Subject
-from mizuoto_contract.audit import scan_tree
 
 STREAM_OUTPUT = ("stream.chunks_valid",)
 _OWNERS = {"import": "discovery.class_matches_manifest", "load": "load.device"}

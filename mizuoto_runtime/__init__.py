@@ -15,7 +15,7 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
 - sampling: ``SamplingParams``, ``InvalidSamplingParams``, ``hf_sample``, ``hf_process``,
   ``multinomial1``, all on the request's generator
 - decoders: ``lm``, ``QwenConfig``, ``QwenDecoder``, ``BufferCache``, ``DynamicCache``,
-  ``mask_for``, ``generate``, ``peak_bytes``
+  ``mask_for``, ``decode`` (the decode loop, step by step), ``generate``, ``peak_bytes``
 - acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
 - child processes killed on cancel: ``open_process``, ``run_process``
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         DynamicCache,
         QwenConfig,
         QwenDecoder,
+        decode,
         generate,
         mask_for,
     )
@@ -104,6 +105,7 @@ _WHERE = {
     "BufferCache": "mizuoto_runtime.lm",
     "DynamicCache": "mizuoto_runtime.lm",
     "mask_for": "mizuoto_runtime.lm",
+    "decode": "mizuoto_runtime.lm",
     "generate": "mizuoto_runtime.lm",
     "peak_bytes": "mizuoto_runtime.lm.memory",
     "Graphs": "mizuoto_runtime.accel.graphs",
@@ -142,6 +144,7 @@ __all__ = [
     "attention",
     "compile_module",
     "current_context",
+    "decode",
     "find_voice",
     "fold_weight_norm",
     "generate",

@@ -4,6 +4,7 @@ from mizuoto_runtime.lm.attention import QWEN_SDPA, hf_sdpa
 from mizuoto_runtime.lm.cache import BufferCache, CacheFull, DynamicCache
 from mizuoto_runtime.lm.config import QwenConfig, RopeParameters, UnsupportedModel
 from mizuoto_runtime.lm.decoder import QwenDecoder
+from mizuoto_runtime.lm.decoding import Step, decode
 from mizuoto_runtime.lm.generate import Generation, generate
 from mizuoto_runtime.lm.mask import mask_for
 
@@ -16,7 +17,9 @@ __all__ = [
     "QwenConfig",
     "QwenDecoder",
     "RopeParameters",
+    "Step",
     "UnsupportedModel",
+    "decode",
     "generate",
     "hf_sdpa",
     "mask_for",

@@ -164,7 +164,7 @@ class BufferCache:
             buffer.zero_()
         self.position.zero_()
         self.length = 0
-        self.rope = RopeState(self.rope.original)
+        self.rope = RopeState(self.rope.original, self.rope.table)
 
 
 KVCache = DynamicCache | BufferCache

@@ -4,14 +4,13 @@ The module tree mirrors ``Qwen{2,3}ForCausalLM`` (``model.embed_tokens``, ``mode
 self_attn.q_proj`` ..., ``model.norm``, ``lm_head``), so a ``save_pretrained`` directory loads with
 ``load_state_dict`` + ``load_into`` and no renaming. Every op is upstream's op with upstream's
 shapes in upstream's order (a fused q/k/v projection would be faster and different in the last
-bit). What a decode loop reuses from step to step (the gathered weight tensors, a RoPE table, the
-cache's buffers) is reused only where the result is the same bits, which the parity tests check
-against transformers. Layers are ``ops.default``: constructing a model draws no random numbers
-and costs nothing before the checkpoint is loaded.
+bit); the parity tests check the bits against transformers. Layers are ``ops.default``:
+constructing a model draws no random numbers and costs nothing before the checkpoint is loaded.
 """
 
 from __future__ import annotations
 
+import warnings
 from os import PathLike
 from typing import NamedTuple
 
@@ -26,7 +25,6 @@ from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
 from mizuoto_runtime.lm.config import QwenConfig
 from mizuoto_runtime.lm.mask import mask_for
 from mizuoto_runtime.lm.rope import RopeState, Rotary, RotaryEmbedding, apply_rotary
-from mizuoto_runtime.memory.units import UnitGate
 from mizuoto_runtime.weights.loading import load_into, load_state_dict
 
 __all__ = ["LayerWeights", "QwenDecoder", "RMSNorm", "Weights", "layer_forward", "rms_norm"]
@@ -83,38 +81,58 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+    def __init__(self, config: QwenConfig, index: int, *, dtype: torch.dtype, device=None) -> None:
         super().__init__()
         kw = {"dtype": dtype, "device": device}
+        self.config, self.index = config, index  # the index names its slot in the cache
         self.self_attn = Attention(config, **kw)
         self.mlp = MLP(config, **kw)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
 
+    def forward(
+        self,
+        x: Tensor,
+        rotary: Rotary,
+        mask: Tensor | None,
+        cache: Cache | None,
+        mask_info: MaskInfo | None = None,
+    ) -> Tensor:
+        w = self.weights()
+        return layer_forward(w, x, rotary, mask, cache, self.index, self.config, mask_info)
+
     def weights(self) -> LayerWeights:
-        attn, mlp = self.self_attn, self.mlp
+        """This layer's parameters, looked up each call (a replaced parameter is seen).
+
+        They are read from the dicts nn.Module keeps them in: its attribute lookup runs Python
+        after a failed ordinary lookup, about a microsecond each, and a small model's decode step
+        would spend a tenth of its time on the twenty per layer.
+        """
+        modules = self._modules
+        attn, mlp = modules["self_attn"]._modules, modules["mlp"]._modules
+        q, k, v, o = (attn[name]._parameters for name in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        q_norm, k_norm = attn.get("q_norm"), attn.get("k_norm")  # Qwen3 only
         return LayerWeights(
-            self.input_layernorm.weight,
-            attn.q_proj.weight,
-            attn.q_proj.bias,
-            attn.k_proj.weight,
-            attn.k_proj.bias,
-            attn.v_proj.weight,
-            attn.v_proj.bias,
-            attn.o_proj.weight,
-            attn.o_proj.bias,
-            attn.q_norm.weight if hasattr(attn, "q_norm") else None,
-            attn.k_norm.weight if hasattr(attn, "k_norm") else None,
-            self.post_attention_layernorm.weight,
-            mlp.gate_proj.weight,
-            mlp.up_proj.weight,
-            mlp.down_proj.weight,
+            modules["input_layernorm"]._parameters["weight"],
+            q["weight"],
+            q["bias"],
+            k["weight"],
+            k["bias"],
+            v["weight"],
+            v["bias"],
+            o["weight"],
+            o["bias"],
+            None if q_norm is None else q_norm._parameters["weight"],
+            None if k_norm is None else k_norm._parameters["weight"],
+            modules["post_attention_layernorm"]._parameters["weight"],
+            mlp["gate_proj"]._parameters["weight"],
+            mlp["up_proj"]._parameters["weight"],
+            mlp["down_proj"]._parameters["weight"],
         )
 
 
 class LayerWeights(NamedTuple):
-    """One layer's tensors, gathered once per call: looking parameters up through nn.Module
-    costs about as much as a small model's arithmetic, so the forward works on these."""
+    """One layer's tensors (the parameters themselves), as ``layer_forward`` reads them."""
 
     input_norm: Tensor
     q: Tensor
@@ -134,6 +152,8 @@ class LayerWeights(NamedTuple):
 
 
 class Weights(NamedTuple):
+    """Deprecated: what ``QwenDecoder.weights()`` returned."""
+
     embed: Tensor
     layers: tuple[LayerWeights, ...]
     norm: Tensor
@@ -195,7 +215,7 @@ class Backbone(nn.Module):
             config.vocab_size, config.hidden_size, config.pad_token_id, **kw
         )
         self.layers = nn.ModuleList(
-            DecoderLayer(config, **kw) for _ in range(config.num_hidden_layers)
+            DecoderLayer(config, index, **kw) for index in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
         self.rotary_emb = RotaryEmbedding(config, device=device)
@@ -228,8 +248,6 @@ class QwenDecoder(nn.Module):
         )
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-        # Set by the memory manager while some layers stream (``mizuoto_runtime.memory.units``).
-        self.unit_gate: UnitGate | None = None
 
     @classmethod
     def from_pretrained(
@@ -260,39 +278,20 @@ class QwenDecoder(nn.Module):
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 
-    def weights(self) -> Weights:
-        """The tensors ``forward`` computes with (the parameters themselves, not copies)."""
-        return Weights(
-            self.model.embed_tokens.weight,
-            tuple(layer.weights() for layer in self.model.layers),
-            self.model.norm.weight,
-            self.lm_head.weight,
-        )
-
-    def rotary_table(self, length: int) -> Rotary | None:
-        """RoPE's cos/sin for positions 0 .. length - 1 [1, length, D], to slice step by step.
-
-        Each row equals what a forward computes for that position alone: the same products, and
-        ATen's cos/sin apply one vectorised routine to every element whatever the tensor's size
-        (the parity tests hold this to upstream's bits). Decoding with the table skips RoPE's
-        kernels each step. None for dynamic NTK, whose frequencies change with the length.
-        """
-        if self.config.rope.rope_type == "dynamic":
-            return None
-        rope = self.model.rotary_emb
-        like = torch.empty(0, dtype=self.dtype, device=self.device)
-        positions = torch.arange(length, device=self.device)[None]
-        with torch.inference_mode():
-            return Rotary.of(*rope(like, positions))
-
     def new_cache(self, kind: str = "dynamic", *, batch: int = 1, max_length: int = 0) -> Cache:
         """An empty cache: ``"dynamic"`` (room reserved for ``max_length`` tokens), or
         ``"static"`` (a BufferCache of ``max_length``)."""
         if kind == "static":
-            return BufferCache(self.config, batch, max_length, dtype=self.dtype, device=self.device)
-        if kind != "dynamic":
+            cache = BufferCache(
+                self.config, batch, max_length, dtype=self.dtype, device=self.device
+            )
+        elif kind == "dynamic":
+            cache = DynamicCache(self.config, reserve=max_length)
+        else:
             raise ValueError(f"cache kind: expected 'dynamic' or 'static', got {kind!r}")
-        return DynamicCache(self.config, reserve=max_length)
+        if max_length:  # RoPE rows for the positions it will hold, sliced by default positions
+            cache.rope.table = self.model.rotary_emb.table(max_length, self.dtype)
+        return cache
 
     def forward(
         self,
@@ -302,29 +301,19 @@ class QwenDecoder(nn.Module):
         positions: Tensor | None = None,
         padding_mask: Tensor | None = None,
         logits_to_keep: int = 0,
-        weights: Weights | None = None,
-        rotary: Rotary | None = None,
-        advance: bool = True,
+        **deprecated: object,
     ) -> Tensor:
         """input_ids [B, L] -> logits [B, L, V] (the last ``logits_to_keep`` positions if > 0).
 
-        ``positions`` [B or 1, L] default to the tokens after what ``cache`` holds;
-        ``padding_mask`` [B, held + L] (1 = real token) is generate's 2D attention mask, for
-        left-padded batches; ``weights`` (from ``self.weights()``) saves gathering them again
-        when calling step after step, and ``rotary`` (rows of ``rotary_table()``) computing RoPE
-        again. ``advance=False`` leaves the cache's counters as they were (the keys are still
-        written): a CUDA graph replays such a step, and its caller advances.
+        ``cache`` holds the keys and values of the tokens before (``new_cache``) and takes these;
+        ``positions`` [B or 1, L] default to the tokens after what it holds; ``padding_mask``
+        [B, held + L] (1 = real token) is generate's 2D attention mask, for left-padded batches.
         """
-        w = self.weights() if weights is None else weights
+        advance = _deprecated_arguments(deprecated)
         config = self.config
         batch, length = input_ids.shape
         offset = 0 if cache is None else cache.offset
         held = 0 if cache is None else cache.length
-        if positions is None:
-            positions = torch.arange(length, device=input_ids.device)[None] + held  # [1, L]
-        seen = held + length  # max(positions) + 1, which dynamic NTK needs on the host
-        if padding_mask is not None and self.config.rope.rope_type == "dynamic":
-            seen = int(positions.max()) + 1
         static = cache is not None and cache.static
         kv_length = cache.max_length if static else held + length
         mask = mask_for(
@@ -338,32 +327,71 @@ class QwenDecoder(nn.Module):
             device=input_ids.device,
         )
         # A host-side length would be frozen into a captured graph, so none is given there.
-        capturing = _capturing(input_ids)
-        known = static and padding_mask is None and not capturing
+        known = static and padding_mask is None and not _capturing(input_ids)
         mask_info = MaskInfo(keys=held + length) if known else None
 
-        x = F.embedding(input_ids, w.embed)  # [B, L, hidden]
+        x = self.model.embed_tokens(input_ids)  # [B, L, hidden]
+        state = RopeState(config.max_position_embeddings) if cache is None else cache.rope
+        rotary = state.rows(held, length) if positions is None else None
         if rotary is None:
-            rope = self.model.rotary_emb
-            state = RopeState(config.max_position_embeddings) if cache is None else cache.rope
-            inv_freq = rope.frequencies(positions, state, seen)
-            rotary = Rotary.of(*rope(x, positions, inv_freq))  # cos, sin [B or 1, L, D]
+            rotary = self._rotary(x, positions, padding_mask, state, held)
         if cache is not None:
             cache.begin(length)
-        gate = self.unit_gate
-        if gate is None:
-            for index, layer in enumerate(w.layers):
-                x = layer_forward(layer, x, rotary, mask, cache, index, config, mask_info)
-        else:  # some layers are streamed: their weights come to the device around their step
-            for index, (layer, unit) in enumerate(zip(w.layers, self.model.layers, strict=True)):
-                gate.enter(unit)
-                try:
-                    x = layer_forward(layer, x, rotary, mask, cache, index, config, mask_info)
-                finally:
-                    gate.exit(unit)
+        for layer in self.model.layers:
+            x = layer(x, rotary, mask, cache, mask_info)  # [B, L, hidden]
         if cache is not None and advance:
             cache.advance(length)
-        x = rms_norm(x, w.norm, config.rms_norm_eps)
+        x = self.model.norm(x)
         if logits_to_keep:
             x = x[:, -logits_to_keep:, :]
-        return F.linear(x, w.lm_head)
+        return self.lm_head(x)  # [B, L or logits_to_keep, V]
+
+    def _rotary(
+        self,
+        x: Tensor,
+        positions: Tensor | None,
+        padding_mask: Tensor | None,
+        state: RopeState,
+        held: int,
+    ) -> Rotary:
+        """cos, sin [B or 1, L, D] of ``positions`` (default: the tokens after those held)."""
+        length = x.shape[1]
+        if positions is None:
+            positions = torch.arange(length, device=x.device)[None] + held  # [1, L]
+        seen = held + length  # max(positions) + 1, which dynamic NTK needs on the host
+        if padding_mask is not None and self.config.rope.rope_type == "dynamic":
+            seen = int(positions.max()) + 1
+        rope = self.model.rotary_emb
+        return Rotary.of(*rope(x, positions, rope.frequencies(positions, state, seen)))
+
+    def weights(self) -> Weights:
+        """Deprecated: the forward reads its parameters itself."""
+        warnings.warn(_GONE.format("QwenDecoder.weights()"), DeprecationWarning, stacklevel=2)
+        return Weights(
+            self.model.embed_tokens.weight,
+            tuple(layer.weights() for layer in self.model.layers),
+            self.model.norm.weight,
+            self.lm_head.weight,
+        )
+
+    def rotary_table(self, length: int) -> Rotary | None:
+        """Deprecated: the forward computes RoPE itself."""
+        warnings.warn(_GONE.format("QwenDecoder.rotary_table()"), DeprecationWarning, stacklevel=2)
+        return self.model.rotary_emb.table(length, self.dtype)
+
+
+_GONE = "{} is deprecated and goes in the next release; decoders compute without it"
+
+
+def _deprecated_arguments(arguments: dict[str, object]) -> bool:
+    """forward's old ``weights=`` and ``rotary=`` (lookups it now does itself, the same tensors
+    and the same bits) are ignored; ``advance=False`` still leaves the cache's counters alone.
+    Returns whether to advance the cache."""
+    unknown = set(arguments) - {"weights", "rotary", "advance"}
+    if unknown:
+        raise TypeError(f"QwenDecoder.forward() got unexpected keyword arguments {sorted(unknown)}")
+    for name in arguments:
+        warnings.warn(
+            _GONE.format(f"QwenDecoder.forward({name}=)"), DeprecationWarning, stacklevel=3
+        )
+    return bool(arguments.get("advance", True))

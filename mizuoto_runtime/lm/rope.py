@@ -119,12 +119,20 @@ def inv_frequencies(config: QwenConfig) -> tuple[Tensor, float]:
 
 
 class RopeState:
-    """Dynamic-NTK frequencies of one request (upstream's ``max_seq_len_cached`` bookkeeping)."""
+    """RoPE of one request, kept with its cache: dynamic NTK's frequencies (upstream's
+    ``max_seq_len_cached`` bookkeeping), or a table of cos/sin for the positions it will hold."""
 
-    def __init__(self, original: int) -> None:
+    def __init__(self, original: int, table: Rotary | None = None) -> None:
         self.original = original
         self.longest = original
         self.inv_freq: Tensor | None = None  # None: the module's own (original) frequencies
+        self.table = table
+
+    def rows(self, start: int, length: int) -> Rotary | None:
+        """The table's rows for positions ``start ..`` (None: no table, or it is too short)."""
+        if self.table is None or start + length > self.table.cos.shape[1]:
+            return None
+        return self.table.at(start, length)
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -193,6 +201,21 @@ class RotaryEmbedding(nn.Module):
         if seen < state.original and state.longest > state.original:  # back to the original
             state.inv_freq, state.longest = None, state.original
         return self.inv_freq if state.inv_freq is None else state.inv_freq
+
+    def table(self, length: int, dtype: torch.dtype) -> Rotary | None:
+        """cos/sin of positions 0 .. length - 1 [1, length, D], for a decode loop to slice.
+
+        Each row equals what a forward computes for that position alone: the same products, and
+        ATen's cos/sin apply one vectorised routine to every element whatever the tensor's size
+        (the parity tests hold this to upstream's bits). A small model's decode step then skips
+        RoPE's kernels. None for dynamic NTK, whose frequencies change with the length.
+        """
+        if self.config.rope.rope_type == "dynamic":
+            return None
+        like = torch.empty(0, dtype=dtype, device=self.inv_freq.device)
+        positions = torch.arange(length, device=self.inv_freq.device)[None]
+        with torch.inference_mode():
+            return Rotary.of(*self(like, positions))
 
     def forward(
         self, x: Tensor, positions: Tensor, inv_freq: Tensor | None = None

@@ -12,13 +12,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from mizuoto_runtime.accel.graphs import GRAPHS, Graphs
+from mizuoto_runtime.accel.compile import Compiled
+from mizuoto_runtime.accel.graphs import Graphs
 from mizuoto_runtime.lm.cache import BufferCache
 from mizuoto_runtime.lm.decoder import QwenDecoder, layer_forward
 from mizuoto_runtime.lm.rope import Rotary
 from mizuoto_runtime.sampling import SamplingParams, hf_sample
 
-__all__ = ["DecoderSteps", "LayerSteps", "graph_safe"]
+__all__ = ["DecoderSteps", "LayerSteps", "eager_reason", "graph_safe"]
 
 
 def graph_safe(params: SamplingParams) -> bool:
@@ -36,61 +37,111 @@ def graph_safe(params: SamplingParams) -> bool:
     )
 
 
+def eager_reason(decoder: QwenDecoder | Compiled, cache: object) -> str | None:
+    """Why ``decoder``'s decode step over ``cache`` cannot be captured on any device, or None.
+
+    The one list of these checks: the decode loop asks it before it builds ``DecoderSteps``
+    (and warns), ``DecoderSteps`` asks it again for callers that build one themselves.
+    """
+    if not isinstance(cache, BufferCache):
+        return "CUDA graphs need compute.kv_cache=static (a fixed-address cache)"
+    if any(_runs_hooks(layer) for layer in decoder.model.layers):
+        # The memory manager streams a layer by hooks that copy its weights in around its
+        # forward: host work that a replayed graph would skip, reading stale staging buffers.
+        return "some layers stream from host memory (their weights move each step)"
+    if decoder.config.rope.rope_type == "dynamic":
+        return "dynamic NTK RoPE decides its frequencies on the host each step"
+    return None
+
+
+def _runs_hooks(module: torch.nn.Module) -> bool:
+    return bool(module._forward_pre_hooks or module._forward_hooks)
+
+
+class _Held:
+    """A BufferCache as a captured step sees it: the step writes the slots that the device-side
+    ``position`` names, and leaves the counters to ``DecoderSteps``, which moves them around each
+    replay (a replay cannot move a host counter, and warm-up runs must not move either)."""
+
+    static = True
+
+    def __init__(self, cache: BufferCache) -> None:
+        self._cache = cache
+
+    @property
+    def length(self) -> int:
+        return self._cache.length
+
+    @property
+    def offset(self) -> Tensor:
+        return self._cache.offset
+
+    @property
+    def max_length(self) -> int:
+        return self._cache.max_length
+
+    @property
+    def rope(self) -> object:
+        return self._cache.rope
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self._cache.update(layer, k, v)
+
+    def begin(self, new: int) -> None:
+        pass
+
+    def advance(self, new: int) -> None:
+        pass
+
+
 class DecoderSteps:
     """A QwenDecoder's decode step over a BufferCache as one CUDA graph per batch size.
 
     ``steps(tokens [B, 1], positions [B, 1], padding [B, max_length] or None)`` returns the step's
-    float32 logits [B, V] and, when ``params`` are graph-safe, the sampled tokens [B] (drawn in the
-    graph from ``generator``); else None, and the caller samples. The cache advances one token per
-    call. ``padding`` is the 2D attention mask padded with zeros to the cache length, updated in
-    place by the caller.
+    float32 logits [B, V] (the first ``vocab`` of them when given) and, when ``params`` are
+    graph-safe, the sampled tokens [B] (drawn in the graph from ``generator``); else None, and the
+    caller samples. The cache advances one token per call. ``padding`` is the 2D attention mask
+    padded with zeros to the cache length, updated in place by the caller. ``decoder`` may be
+    ``compile_module(decoder, ...)``.
     """
 
     def __init__(
         self,
-        decoder: QwenDecoder,
+        decoder: QwenDecoder | Compiled,
         cache: BufferCache,
         *,
         params: SamplingParams | None = None,
         generator: torch.Generator | None = None,
+        vocab: int | None = None,
         enabled: bool = True,
     ) -> None:
         self.cache = cache
-        weights = decoder.weights()
+        held = _Held(cache)
         sample = params is not None and graph_safe(params)
         if sample and params.do_sample and generator is None:
             raise ValueError("DecoderSteps: sampling in the graph needs the request's generator")
 
         def step(tokens: Tensor, positions: Tensor, padding: Tensor | None = None):
             logits = decoder(
-                tokens,
-                cache,
-                positions=positions,
-                padding_mask=padding,
-                logits_to_keep=1,
-                weights=weights,
-                advance=False,
+                tokens, held, positions=positions, padding_mask=padding, logits_to_keep=1
             )
-            scores = logits[:, -1].to(copy=True, dtype=torch.float32)  # [B, V]
+            scores = logits[:, -1, :vocab].to(copy=True, dtype=torch.float32)  # [B, V]
             if not sample:
                 return scores
             return scores, hf_sample(scores, tokens, 1, params, generator)
 
-        if decoder.config.rope.rope_type == "dynamic":
-            enabled = False  # its frequencies are decided on the host each step
+        why = eager_reason(decoder, cache) if enabled else None
         self.samples = sample
         self.graphs = Graphs(
             step,
             name="lm.decode",
             device=decoder.device,
-            enabled=enabled,
+            enabled=enabled and why is None,
             generator=generator if sample else None,
         )
-        if decoder.config.rope.rope_type == "dynamic" and self.graphs.reason == f"{GRAPHS} is off":
-            self.graphs.reason = "dynamic NTK RoPE decides its frequencies on the host each step"
-        if self.graphs.active and getattr(decoder, "unit_gate", None) is not None:
-            self.graphs.reason = "some layers stream from host memory; ran eagerly"
-        self._tensors = [t for t in _leaves(weights) if t is not None]
+        if why is not None:
+            self.graphs.reason = f"{why}; ran eagerly"
+        self._tensors = list(decoder.parameters())
         self._addresses = self._where()
 
     def _where(self) -> tuple[int, ...]:
@@ -112,13 +163,6 @@ class DecoderSteps:
         return out, None
 
 
-def _leaves(value: object) -> list[Tensor | None]:
-    """The tensors of a (nested) weights tuple, in order."""
-    if isinstance(value, tuple):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [value]  # type: ignore[list-item]
-
-
 class LayerSteps:
     """Each decoder layer's decode step as its own CUDA graph, replayed in order.
 
@@ -128,13 +172,14 @@ class LayerSteps:
     """
 
     def __init__(self, decoder: QwenDecoder, cache: BufferCache, *, enabled: bool = True) -> None:
-        weights, config = decoder.weights(), decoder.config
+        config = decoder.config
+        weights = [layer.weights() for layer in decoder.model.layers]
         pool = torch.cuda.graph_pool_handle() if enabled and decoder.device.type == "cuda" else None
 
         def layer_step(index: int) -> Callable[..., Tensor]:
             def run(x: Tensor, cos: Tensor, signed_sin: Tensor, mask: Tensor) -> Tensor:
                 rotary = Rotary(cos, signed_sin)
-                return layer_forward(weights.layers[index], x, rotary, mask, cache, index, config)
+                return layer_forward(weights[index], x, rotary, mask, cache, index, config)
 
             return run
 

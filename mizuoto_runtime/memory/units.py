@@ -9,7 +9,7 @@ they have equal shapes, so one set of staging buffers serves them all. An engine
 A unit runs with its weights on the device either because its ``forward`` is called (the manager
 then hooks it) or, for a model that computes with gathered tensors without calling its blocks,
 because the model calls ``unit_gate.enter(unit)`` / ``unit_gate.exit(unit)`` around each block:
-such a model has a ``unit_gate`` attribute, None unless some unit streams (``QwenDecoder`` does).
+such a model has a ``unit_gate`` attribute, None unless some unit streams.
 """
 
 from __future__ import annotations

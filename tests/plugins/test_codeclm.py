@@ -186,7 +186,7 @@ def test_cuda_graphs_off_cuda_run_eagerly_and_say_so(service, codeclm):
         graphed, _, request = audio(codeclm, seed=2)
     finally:
         service.settings.set("compute.cuda_graphs", False)
-    assert request.applied["cuda_graphs"]["codeclm.decode"].startswith("eager: CUDA graphs need")
+    assert request.applied["cuda_graphs"]["lm.decode"].startswith("eager: CUDA graphs need")
     assert any("compute.cuda_graphs" in w for w in request.warnings)
     assert np.array_equal(eager, graphed)
 

@@ -102,7 +102,6 @@ def test_a_plain_decode_loop_with_a_dynamic_cache_streams_bitwise():
         out = decode(model.new_cache())
     assert h.streamed_bytes > 0
     assert all(torch.equal(a, b) for a, b in zip(out, expected, strict=True))
-    assert model.unit_gate is not None  # streamed layers go through the gate
 
 
 class FlakyContext(RequestContext):

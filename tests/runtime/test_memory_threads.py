@@ -34,7 +34,7 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 
 
 def qwen(layers: int) -> QwenDecoder:
-    """A decoder that runs gathered weights: streamed through its ``unit_gate``."""
+    """A decoder whose layers stream through forward hooks."""
     config = QwenConfig.from_dict(
         {
             "model_type": "qwen3",

@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from mizuoto_engine_codeclm.model import Codec, ModelConfig
     from mizuoto_runtime import QwenDecoder
 
-COMPILE = "compute.compile"
-
 
 class CodecLMEngine(Engine):
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
@@ -137,15 +135,15 @@ class LoadedCodecLM(LoadedEngine):
         )
         ctx.applied["codeclm"] = {"voice": embedding is not None, "max_frames": limit}
         stream = CodecStream.of(self.codec, self._compile(self.codec, "codeclm.codec", ctx))
+        decoder = self._compile(self.decoder, "codeclm.decoder", ctx) or self.decoder
         codes = frames(
-            self.decoder,
+            decoder,
             prompt,
             sampling,
             audio_vocab=self.tokenizer.audio_vocab,
             end=self.tokenizer.end,
             max_frames=limit,
             ctx=ctx,
-            compiled=self._compile(self.decoder, "codeclm.decoder", ctx),
         )
         rate, done = self.config.codec.sample_rate, 0
         for batch in _batched(codes, request.chunk_frames):
@@ -196,7 +194,7 @@ class LoadedCodecLM(LoadedEngine):
 
     def _compile(self, module: Module, name: str, ctx: RequestContext) -> Module | None:
         """``module`` behind torch.compile when the request asks (made once per model), or None."""
-        if not ctx.settings.get(COMPILE, False):
+        if not ctx.compute.compile:
             return None
         if name not in self._compiled:
             from mizuoto_runtime import compile_module

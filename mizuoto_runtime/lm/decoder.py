@@ -110,7 +110,8 @@ class DecoderLayer(nn.Module):
         """
         modules = self._modules
         attn, mlp = modules["self_attn"]._modules, modules["mlp"]._modules
-        q, k, v, o = (attn[name]._parameters for name in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        q, k = attn["q_proj"]._parameters, attn["k_proj"]._parameters
+        v, o = attn["v_proj"]._parameters, attn["o_proj"]._parameters
         q_norm, k_norm = attn.get("q_norm"), attn.get("k_norm")  # Qwen3 only
         return LayerWeights(
             modules["input_layernorm"]._parameters["weight"],
@@ -330,18 +331,19 @@ class QwenDecoder(nn.Module):
         known = static and padding_mask is None and not _capturing(input_ids)
         mask_info = MaskInfo(keys=held + length) if known else None
 
-        x = self.model.embed_tokens(input_ids)  # [B, L, hidden]
+        model = self.model
+        x = model.embed_tokens(input_ids)  # [B, L, hidden]
         state = RopeState(config.max_position_embeddings) if cache is None else cache.rope
         rotary = state.rows(held, length) if positions is None else None
         if rotary is None:
             rotary = self._rotary(x, positions, padding_mask, state, held)
         if cache is not None:
             cache.begin(length)
-        for layer in self.model.layers:
+        for layer in model.layers:
             x = layer(x, rotary, mask, cache, mask_info)  # [B, L, hidden]
         if cache is not None and advance:
             cache.advance(length)
-        x = self.model.norm(x)
+        x = model.norm(x)
         if logits_to_keep:
             x = x[:, -logits_to_keep:, :]
         return self.lm_head(x)  # [B, L or logits_to_keep, V]

@@ -45,10 +45,10 @@ if TYPE_CHECKING:
         DynamicCache,
         QwenConfig,
         QwenDecoder,
-        decode,
-        generate,
         mask_for,
     )
+    from mizuoto_runtime.lm.decoding import decode
+    from mizuoto_runtime.lm.generate import generate
     from mizuoto_runtime.lm.memory import peak_bytes
     from mizuoto_runtime.lm.steps import DecoderSteps, LayerSteps
     from mizuoto_runtime.memory.handle import ModelHandle

@@ -311,18 +311,20 @@ def hf_sample(
     input_ids: torch.Tensor,
     prompt_length: int,
     params: SamplingParams,
-    generator: torch.Generator,
+    generator: torch.Generator | None,
     *,
     padding: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The next token per row [B], as one step of upstream ``_sample`` picks it.
 
-    Greedy decoding draws nothing from ``generator``; sampling draws B x V numbers each step, for
-    finished rows too, as upstream does. Replacing finished rows' tokens by the pad id stays with
-    the caller, which owns which rows are finished.
+    Greedy decoding draws nothing from ``generator`` (it may be None); sampling draws B x V
+    numbers each step, for finished rows too, as upstream does. Replacing finished rows' tokens
+    by the pad id stays with the caller, which owns which rows are finished.
     """
     processed = hf_process(scores, input_ids, prompt_length, params, padding=padding)
     if not params.do_sample:
         return torch.argmax(processed, dim=-1)
+    if generator is None:  # never the process-wide generator
+        raise ValueError("hf_sample: sampling needs the request's generator, got None")
     probs = torch.nn.functional.softmax(processed, dim=-1)
     return multinomial1(probs, generator).squeeze(1)

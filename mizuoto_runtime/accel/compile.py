@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -94,6 +94,24 @@ class Compiled:
         return getattr(self.__dict__["module"], name)
 
 
+@overload
+def compile_module(
+    module: torch.nn.Module,
+    enabled: Literal[True],
+    name: str,
+    *,
+    backend: str | Callable[..., Any] = ...,
+    options: dict[str, Any] | None = ...,
+) -> Compiled: ...
+@overload
+def compile_module(
+    module: torch.nn.Module,
+    enabled: bool,
+    name: str,
+    *,
+    backend: str | Callable[..., Any] = ...,
+    options: dict[str, Any] | None = ...,
+) -> torch.nn.Module | Compiled: ...
 def compile_module(
     module: torch.nn.Module,
     enabled: bool,

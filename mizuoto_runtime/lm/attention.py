@@ -10,6 +10,8 @@ through ``accel.attention`` at ``QWEN_SDPA``, whose reference is upstream's exac
 
 from __future__ import annotations
 
+from typing import overload
+
 from torch import Tensor
 
 from mizuoto_runtime.accel import MaskInfo, Site, attention, sdpa_reference
@@ -32,6 +34,10 @@ def repeat_kv(x: Tensor, groups: int) -> Tensor:
     return x.reshape(batch, heads * groups, length, dim)
 
 
+@overload
+def pack_gqa(x: Tensor, groups: int) -> Tensor: ...
+@overload
+def pack_gqa(x: None, groups: int) -> None: ...
 def pack_gqa(x: Tensor | None, groups: int) -> Tensor | None:
     # one query token: [B, H, 1, D] -> [B, KV, groups, D]; masks shared by all heads pass through
     if x is None or x.shape[1] == 1:

@@ -10,6 +10,8 @@ fixed addresses and shapes are what CUDA graphs and torch.compile need.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor
 
@@ -43,7 +45,7 @@ class DynamicCache:
     are, exactly as upstream's first concatenation returns them.
     """
 
-    static = False
+    static: Literal[False] = False  # a Literal, so `cache.static` tells the two apart
 
     def __init__(self, config: QwenConfig, reserve: int = 0) -> None:
         self._keys: list[Tensor | None] = [None] * config.num_hidden_layers
@@ -105,7 +107,7 @@ class BufferCache:
     step needs no host value and can be captured in a CUDA graph. ``length`` mirrors it on the host.
     """
 
-    static = True
+    static: Literal[True] = True
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from os import PathLike
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,11 @@ __all__ = ["LayerWeights", "QwenDecoder", "RMSNorm", "Weights", "layer_forward",
 Cache = DynamicCache | BufferCache
 
 
+class _Placement(TypedDict):
+    dtype: torch.dtype
+    device: torch.device | str | None
+
+
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """``Qwen2RMSNorm``: normalise in float32, round back, then scale in the weight's dtype."""
     dtype = x.dtype
@@ -43,7 +48,11 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 class RMSNorm(ops.default.RMSNorm):
     """An ``nn.RMSNorm`` (so ``init_random`` fills it) computing as transformers' Qwen norm."""
 
-    def __init__(self, size: int, eps: float, *, dtype: torch.dtype, device=None) -> None:
+    eps: float  # nn.RMSNorm allows None; this constructor always sets one
+
+    def __init__(
+        self, size: int, eps: float, *, dtype: torch.dtype, device: torch.device | str | None = None
+    ) -> None:
         super().__init__(size, eps=eps, dtype=dtype, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -53,7 +62,9 @@ class RMSNorm(ops.default.RMSNorm):
 class Attention(nn.Module):
     """``Qwen{2,3}Attention``'s parameters (its forward is ``attention_block``)."""
 
-    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+    def __init__(
+        self, config: QwenConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+    ) -> None:
         super().__init__()
         hidden, heads, kv_heads, dim = (
             config.hidden_size,
@@ -61,7 +72,7 @@ class Attention(nn.Module):
             config.num_key_value_heads,
             config.head_dim,
         )
-        kw = {"dtype": dtype, "device": device}
+        kw: _Placement = {"dtype": dtype, "device": device}
         self.q_proj = ops.default.Linear(hidden, heads * dim, bias=config.qkv_bias, **kw)
         self.k_proj = ops.default.Linear(hidden, kv_heads * dim, bias=config.qkv_bias, **kw)
         self.v_proj = ops.default.Linear(hidden, kv_heads * dim, bias=config.qkv_bias, **kw)
@@ -72,18 +83,28 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+    def __init__(
+        self, config: QwenConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+    ) -> None:
         super().__init__()
-        kw = {"bias": False, "dtype": dtype, "device": device}
-        self.gate_proj = ops.default.Linear(config.hidden_size, config.intermediate_size, **kw)
-        self.up_proj = ops.default.Linear(config.hidden_size, config.intermediate_size, **kw)
-        self.down_proj = ops.default.Linear(config.intermediate_size, config.hidden_size, **kw)
+        kw: _Placement = {"dtype": dtype, "device": device}
+        hidden, inner = config.hidden_size, config.intermediate_size
+        self.gate_proj = ops.default.Linear(hidden, inner, bias=False, **kw)
+        self.up_proj = ops.default.Linear(hidden, inner, bias=False, **kw)
+        self.down_proj = ops.default.Linear(inner, hidden, bias=False, **kw)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: QwenConfig, index: int, *, dtype: torch.dtype, device=None) -> None:
+    def __init__(
+        self,
+        config: QwenConfig,
+        index: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
-        kw = {"dtype": dtype, "device": device}
+        kw: _Placement = {"dtype": dtype, "device": device}
         self.config, self.index = config, index  # the index names its slot in the cache
         self.self_attn = Attention(config, **kw)
         self.mlp = MLP(config, **kw)
@@ -108,7 +129,9 @@ class DecoderLayer(nn.Module):
         after a failed ordinary lookup, about a microsecond each, and a small model's decode step
         would spend a tenth of its time on the twenty per layer.
         """
-        modules = self._modules
+        # Any: these dicts hold Module | None and Parameter | None, and narrowing each entry
+        # would cost a call per lookup on this hot path; every entry read here is set.
+        modules: dict[str, Any] = self._modules
         attn, mlp = modules["self_attn"]._modules, modules["mlp"]._modules
         q, k = attn["q_proj"]._parameters, attn["k_proj"]._parameters
         v, o = attn["v_proj"]._parameters, attn["o_proj"]._parameters
@@ -176,9 +199,10 @@ def attention_block(
     q = F.linear(x, w.q, w.q_bias).view(shape)  # [B, L, H, D]
     k = F.linear(x, w.k, w.k_bias).view(shape)  # [B, L, KV, D]
     v = F.linear(x, w.v, w.v_bias).view(shape).transpose(1, 2)  # [B, KV, L, D]
-    if w.q_norm is not None:  # Qwen3: per-head RMSNorm before RoPE
-        q = rms_norm(q, w.q_norm, config.rms_norm_eps)
-        k = rms_norm(k, w.k_norm, config.rms_norm_eps)
+    q_norm, k_norm = w.q_norm, w.k_norm
+    if q_norm is not None and k_norm is not None:  # Qwen3: per-head RMSNorm before RoPE
+        q = rms_norm(q, q_norm, config.rms_norm_eps)
+        k = rms_norm(k, k_norm, config.rms_norm_eps)
     q, k = apply_rotary(q.transpose(1, 2), k.transpose(1, 2), rotary)
     if cache is not None:
         k, v = cache.update(layer, k, v)  # [B, KV, S, D]
@@ -209,9 +233,11 @@ def layer_forward(
 class Backbone(nn.Module):
     """``Qwen{2,3}Model``: embeddings, layers, final norm (held as ``model`` for the names)."""
 
-    def __init__(self, config: QwenConfig, *, dtype: torch.dtype, device=None) -> None:
+    def __init__(
+        self, config: QwenConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+    ) -> None:
         super().__init__()
-        kw = {"dtype": dtype, "device": device}
+        kw: _Placement = {"dtype": dtype, "device": device}
         self.embed_tokens = ops.default.Embedding(
             config.vocab_size, config.hidden_size, config.pad_token_id, **kw
         )
@@ -282,6 +308,7 @@ class QwenDecoder(nn.Module):
     def new_cache(self, kind: str = "dynamic", *, batch: int = 1, max_length: int = 0) -> Cache:
         """An empty cache: ``"dynamic"`` (room reserved for ``max_length`` tokens), or
         ``"static"`` (a BufferCache of ``max_length``)."""
+        cache: Cache
         if kind == "static":
             cache = BufferCache(
                 self.config, batch, max_length, dtype=self.dtype, device=self.device
@@ -316,7 +343,7 @@ class QwenDecoder(nn.Module):
         offset = 0 if cache is None else cache.offset
         held = 0 if cache is None else cache.length
         static = cache is not None and cache.static
-        kv_length = cache.max_length if static else held + length
+        kv_length = cache.max_length if cache is not None and cache.static else held + length
         mask = mask_for(
             batch,
             length,
@@ -371,7 +398,7 @@ class QwenDecoder(nn.Module):
         warnings.warn(_GONE.format("QwenDecoder.weights()"), DeprecationWarning, stacklevel=2)
         return Weights(
             self.model.embed_tokens.weight,
-            tuple(layer.weights() for layer in self.model.layers),
+            tuple(cast(DecoderLayer, layer).weights() for layer in self.model.layers),
             self.model.norm.weight,
             self.lm_head.weight,
         )

@@ -105,7 +105,9 @@ def decode(
     scores = forward(input_ids, positions, padding_mask)
     sampled: Tensor | None = None
     if steps is not None and padding_mask is not None:  # graphs need a fixed-size mask
-        padding_mask = torch.nn.functional.pad(padding_mask, (0, kv.max_length - prompt_length))
+        padding_mask = torch.nn.functional.pad(
+            padding_mask, (0, steps.cache.max_length - prompt_length)
+        )
     for step in range(max_new_tokens):
         with torch.inference_mode():
             if sampled is None:
@@ -113,7 +115,7 @@ def decode(
                     scores, ids, prompt_length, params, generator, padding=penalty_padding
                 )  # [B]
             tokens, sampled = sampled, None
-            if params.eos_token_id:
+            if params.eos_token_id and pad is not None:  # pad is set whenever an EOS id is
                 tokens = tokens * unfinished + pad * (1 - unfinished)
                 unfinished = unfinished & ~torch.isin(tokens, eos)
             ids = torch.cat([ids, tokens[:, None]], dim=-1)
@@ -172,4 +174,5 @@ def _graph_steps(
         ctx.applied.setdefault("cuda_graphs", {})["lm.decode"] = f"eager: {why}; ran eagerly"
         ctx.warn(f"compute.cuda_graphs: {why}; ran eagerly")
         return None
+    assert isinstance(cache, BufferCache)  # eager_reason said so
     return DecoderSteps(decoder, cache, params=params, generator=generator, vocab=vocab)

@@ -22,6 +22,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -97,10 +98,10 @@ def _sampling(args: argparse.Namespace, defaults: dict[str, object]) -> Sampling
         "eos_token_id": args.eos_token_id,
     }
     chosen.update({key: value for key, value in flags.items() if value is not None})
-    return SamplingParams(**chosen)
+    return SamplingParams(**chosen)  # type: ignore[arg-type]  # JSON and flag values; its validators check each
 
 
-def run(args: argparse.Namespace) -> dict[str, object]:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     """Load, run and save what ``args`` ask for; returns the JSON-ready result."""
     ids = [int(token) for token in args.input_ids.split(",") if token.strip()]
     if not ids:

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from mizuoto_runtime.lm.config import QwenConfig
+from mizuoto_runtime.lm.config import QwenConfig, UnsupportedModel
 
 __all__ = [
     "RopeState",
@@ -31,6 +31,15 @@ __all__ = [
     "inv_frequencies",
     "rotate_half",
 ]
+
+
+def _factor(config: QwenConfig) -> float:
+    factor = config.rope.factor
+    if factor is None:  # from_dict requires one for linear and dynamic RoPE
+        raise UnsupportedModel(
+            "rope_parameters.factor", f"{config.rope.rope_type} RoPE needs a number, got None"
+        )
+    return factor
 
 
 def _default(config: QwenConfig) -> tuple[Tensor, float]:
@@ -43,32 +52,37 @@ def _linear(config: QwenConfig) -> tuple[Tensor, float]:
     base, dim = config.rope.rope_theta, config.head_dim
     steps = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float)
     inv_freq = 1.0 / (base ** (steps / dim))
-    inv_freq /= config.rope.factor
+    inv_freq /= _factor(config)
     return inv_freq, 1.0
 
 
 def _dynamic(
     config: QwenConfig, seq_len: int | Tensor | None = None, device: torch.device | None = None
 ) -> tuple[Tensor, float]:
-    base, dim, factor = config.rope.rope_theta, config.head_dim, config.rope.factor
+    base, dim, factor = config.rope.rope_theta, config.head_dim, _factor(config)
     longest = config.max_position_embeddings
+    length: int | Tensor
     if seq_len is None:
-        seq_len = longest
+        length = longest
     elif isinstance(seq_len, Tensor):  # the growth path: float32 tensor arithmetic, as upstream
-        seq_len = torch.maximum(
+        length = torch.maximum(
             seq_len, torch.tensor(longest, dtype=seq_len.dtype, device=seq_len.device)
         )
     else:
-        seq_len = max(seq_len, longest)
-    base = base * ((factor * seq_len / longest) - (factor - 1)) ** (dim / (dim - 2))
+        length = max(seq_len, longest)
+    scaled = base * ((factor * length / longest) - (factor - 1)) ** (dim / (dim - 2))
     steps = torch.arange(0, dim, 2, dtype=torch.int64).to(device=device, dtype=torch.float)
-    return 1.0 / (base ** (steps / dim)), 1.0
+    return 1.0 / (scaled ** (steps / dim)), 1.0
 
 
 def _yarn(config: QwenConfig) -> tuple[Tensor, float]:
     rope = config.rope
     base, dim = rope.rope_theta, config.head_dim
     original = rope.original_max_position_embeddings
+    if original is None:  # from_dict always sets it for yarn
+        raise UnsupportedModel(
+            "rope_parameters.original_max_position_embeddings", "yarn RoPE needs it, got None"
+        )
     factor = rope.factor
     if factor is None:
         factor = config.max_position_embeddings / original
@@ -179,6 +193,8 @@ def apply_rotary(q: Tensor, k: Tensor, rotary: Rotary) -> tuple[Tensor, Tensor]:
 
 class RotaryEmbedding(nn.Module):
     """Model-level cos/sin, computed once per forward and shared by every layer."""
+
+    inv_freq: Tensor
 
     def __init__(self, config: QwenConfig, device: torch.device | str | None = None) -> None:
         super().__init__()

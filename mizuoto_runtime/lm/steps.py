@@ -8,6 +8,7 @@ Off CUDA both run the same step eagerly.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -15,7 +16,7 @@ from torch import Tensor
 from mizuoto_runtime.accel.compile import Compiled
 from mizuoto_runtime.accel.graphs import Graphs
 from mizuoto_runtime.lm.cache import BufferCache
-from mizuoto_runtime.lm.decoder import QwenDecoder, layer_forward
+from mizuoto_runtime.lm.decoder import DecoderLayer, QwenDecoder, layer_forward
 from mizuoto_runtime.lm.rope import Rotary
 from mizuoto_runtime.sampling import SamplingParams, hf_sample
 
@@ -117,18 +118,21 @@ class DecoderSteps:
     ) -> None:
         self.cache = cache
         held = _Held(cache)
-        sample = params is not None and graph_safe(params)
-        if sample and params.do_sample and generator is None:
+        in_graph = params if params is not None and graph_safe(params) else None  # sampled here
+        sample = in_graph is not None
+        if in_graph is not None and in_graph.do_sample and generator is None:
             raise ValueError("DecoderSteps: sampling in the graph needs the request's generator")
 
-        def step(tokens: Tensor, positions: Tensor, padding: Tensor | None = None):
+        def step(
+            tokens: Tensor, positions: Tensor, padding: Tensor | None = None
+        ) -> Tensor | tuple[Tensor, Tensor]:
             logits = decoder(
                 tokens, held, positions=positions, padding_mask=padding, logits_to_keep=1
             )
             scores = logits[:, -1, :vocab].to(copy=True, dtype=torch.float32)  # [B, V]
-            if not sample:
+            if in_graph is None:
                 return scores
-            return scores, hf_sample(scores, tokens, 1, params, generator)
+            return scores, hf_sample(scores, tokens, 1, in_graph, generator)
 
         why = eager_reason(decoder, cache) if enabled else None
         self.samples = sample
@@ -158,8 +162,9 @@ class DecoderSteps:
         inputs = (tokens, positions) if padding is None else (tokens, positions, padding)
         out = self.graphs(*inputs)
         self.cache.advance(1)
-        if self.samples:
-            return out
+        if isinstance(out, tuple):  # the step sampled: (scores, tokens)
+            scores, tokens = out
+            return scores, tokens
         return out, None
 
 
@@ -173,7 +178,7 @@ class LayerSteps:
 
     def __init__(self, decoder: QwenDecoder, cache: BufferCache, *, enabled: bool = True) -> None:
         config = decoder.config
-        weights = [layer.weights() for layer in decoder.model.layers]
+        weights = [cast(DecoderLayer, layer).weights() for layer in decoder.model.layers]
         pool = torch.cuda.graph_pool_handle() if enabled and decoder.device.type == "cuda" else None
 
         def layer_step(index: int) -> Callable[..., Tensor]:
@@ -196,5 +201,5 @@ class LayerSteps:
 
     def __call__(self, x: Tensor, rotary: Rotary, mask: Tensor) -> Tensor:
         for layer in self.layers:
-            x = layer(x, rotary.cos, rotary.signed_sin, mask)
+            x = cast(Tensor, layer(x, rotary.cos, rotary.signed_sin, mask))  # run() returns one
         return x

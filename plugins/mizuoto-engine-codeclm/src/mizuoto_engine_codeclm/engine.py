@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mizuoto_engine_codeclm.params import SynthesisParams
 from mizuoto_sdk import (
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from torch.nn import Module
 
     from mizuoto_engine_codeclm.model import Codec, ModelConfig
-    from mizuoto_runtime import QwenDecoder
+    from mizuoto_runtime import Compiled, QwenDecoder
 
 
 class CodecLMEngine(Engine):
@@ -58,6 +58,8 @@ class CodecLMEngine(Engine):
 class LoadedCodecLM(LoadedEngine):
     """The decoder and codec, read through their ModelHandles so the host may place them."""
 
+    handles: tuple[ModelHandle, ...]
+
     def __init__(
         self, spec: LoadSpec, config: ModelConfig, handles: tuple[ModelHandle, ModelHandle]
     ) -> None:
@@ -67,7 +69,7 @@ class LoadedCodecLM(LoadedEngine):
         self.config = config
         self.tokenizer = ByteTokenizer(config.tokens)
         self.handles = handles
-        self._compiled: dict[str, Module] = {}  # compile_module wrappers, made on first use
+        self._compiled: dict[str, Compiled] = {}  # compile_module wrappers, made on first use
 
     @property
     def voices_dir(self) -> Path | None:
@@ -76,11 +78,11 @@ class LoadedCodecLM(LoadedEngine):
 
     @property
     def decoder(self) -> QwenDecoder:
-        return self.handles[0].module  # type: ignore[return-value]
+        return cast("QwenDecoder", self.handles[0].module)  # load() gave it the decoder
 
     @property
     def codec(self) -> Codec:
-        return self.handles[1].module  # type: ignore[return-value]
+        return cast("Codec", self.handles[1].module)
 
     def describe(self) -> Mapping[str, object]:
         from mizuoto_engine_codeclm import voice
@@ -176,7 +178,7 @@ class LoadedCodecLM(LoadedEngine):
         return {"files": files, "embedding": [float(v) for v in embedding], "seconds": seconds}
 
     def unload(self) -> None:
-        self.handles = ()  # type: ignore[assignment]
+        self.handles = ()
         self._compiled.clear()
 
     def _frame_limit(self, request: SynthesisParams, text_bytes: int, prompt_length: int) -> int:
@@ -192,7 +194,7 @@ class LoadedCodecLM(LoadedEngine):
             )
         return request.max_frames
 
-    def _compile(self, module: Module, name: str, ctx: RequestContext) -> Module | None:
+    def _compile(self, module: Module, name: str, ctx: RequestContext) -> Compiled | None:
         """``module`` behind torch.compile when the request asks (made once per model), or None."""
         if not ctx.compute.compile:
             return None

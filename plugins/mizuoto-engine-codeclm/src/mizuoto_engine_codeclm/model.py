@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TypedDict
 
 import attrs
 import torch
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mizuoto_engine_codeclm.tokenizer import ByteTokenizer, TokenConfig
-from mizuoto_runtime import QwenConfig, QwenDecoder, load_into, load_state_dict, ops
+from mizuoto_runtime import Compiled, QwenConfig, QwenDecoder, load_into, load_state_dict, ops
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -96,6 +97,11 @@ class ModelConfig:
         return config
 
 
+class _Placement(TypedDict):
+    dtype: torch.dtype
+    device: torch.device | str | None
+
+
 class CausalConv1d(ops.default.Conv1d):
     """A Conv1d that sees the present and the past only: ``kernel - 1`` zeros on the left."""
 
@@ -107,16 +113,34 @@ class CausalUpsample(ops.default.ConvTranspose1d):
     """``stride``x upsampling with a ``2 * stride`` kernel; the tail that waits on the next
     frame is cut, so output sample j depends on input steps j // stride and the one before."""
 
-    def __init__(self, width_in: int, width_out: int, stride: int, **kw) -> None:
-        super().__init__(width_in, width_out, 2 * stride, stride=stride, **kw)
+    def __init__(
+        self,
+        width_in: int,
+        width_out: int,
+        stride: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(width_in, width_out, 2 * stride, stride=stride, dtype=dtype, device=device)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:  # type: ignore[override]  # no output_size: the cut sets the length
         return super().forward(x)[..., : x.shape[-1] * self.stride[0]]
 
 
 class UpBlock(nn.Module):
-    def __init__(self, width_in: int, width_out: int, stride: int, kernel: int, **kw) -> None:
+    def __init__(
+        self,
+        width_in: int,
+        width_out: int,
+        stride: int,
+        kernel: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
+    ) -> None:
         super().__init__()
+        kw: _Placement = {"dtype": dtype, "device": device}
         self.up = CausalUpsample(width_in, width_out, stride, **kw)
         self.conv = CausalConv1d(width_out, width_out, kernel, **kw)
 
@@ -133,7 +157,7 @@ class Codec(nn.Module):
     ) -> None:
         super().__init__()
         self.config = config
-        kw = {"dtype": dtype, "device": device}
+        kw: _Placement = {"dtype": dtype, "device": device}
         self.embed = ops.default.Embedding(config.codebook, config.channels, **kw)
         self.pre = CausalConv1d(config.channels, config.channels, 3, **kw)
         widths = (config.channels, *config.widths)
@@ -179,12 +203,12 @@ class CodecStream:
     compiled form.
     """
 
-    def __init__(self, codec: Codec | nn.Module, *, context: int, block: int, hop: int) -> None:
+    def __init__(self, codec: Codec | Compiled, *, context: int, block: int, hop: int) -> None:
         self.codec, self.context, self.block, self.hop = codec, context, block, hop
         self._codes: Tensor | None = None
 
     @classmethod
-    def of(cls, codec: Codec, module: nn.Module | None = None) -> CodecStream:
+    def of(cls, codec: Codec, module: Codec | Compiled | None = None) -> CodecStream:
         """A stream over ``codec``'s windows; ``module`` runs them (its compiled form, say)."""
         config = codec.config
         module = codec if module is None else module

@@ -12,10 +12,14 @@ decoder reads token ids only, so a voice conditions it as a short prefix of toke
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
 from mizuoto_sdk import InvalidRequest
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BYTES = 256
 
@@ -80,7 +84,7 @@ class ByteTokenizer:
             )
         return data
 
-    def speaker_tokens(self, embedding: Sequence[float]) -> list[int]:
+    def speaker_tokens(self, embedding: Sequence[float] | np.ndarray) -> list[int]:
         """Each embedding value in [-1, 1] rounded to one of ``levels`` steps, one slot each."""
         slots, levels = self.config.speaker_slots, self.config.speaker_levels
         if len(embedding) != slots:
@@ -88,7 +92,7 @@ class ByteTokenizer:
         steps = [round((min(max(float(v), -1.0), 1.0) + 1) / 2 * (levels - 1)) for v in embedding]
         return [self.speaker_base + slot * levels + step for slot, step in enumerate(steps)]
 
-    def prompt(self, text: str, embedding: Sequence[float] | None = None) -> list[int]:
+    def prompt(self, text: str, embedding: Sequence[float] | np.ndarray | None = None) -> list[int]:
         """``[BOS, bytes..., SEP, speaker...]``; without a voice the speaker tokens are left out."""
         ids = [self.bos, *(self.byte_base + b for b in self.text_bytes(text)), self.sep]
         if embedding is not None:

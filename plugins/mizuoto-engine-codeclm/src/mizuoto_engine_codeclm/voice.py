@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import wave
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ _SCALE = 4.0  # cepstral coefficients of speech are mostly within +-8; tanh(c / 
 def mono(samples: object) -> np.ndarray:
     """float32 [n] from a numpy array or torch tensor shaped [n] or [channels, n]."""
     if hasattr(samples, "detach"):
-        samples = samples.detach().float().cpu().numpy()  # type: ignore[attr-defined]
+        samples = samples.detach().float().cpu().numpy()
     array = np.asarray(samples, dtype=np.float32)
     return array.mean(axis=0) if array.ndim == 2 else array.reshape(-1)
 
@@ -142,7 +143,7 @@ def speaker_embedding(samples: np.ndarray, sample_rate: int, field: str = "audio
     return np.tanh(cepstrum[1 : DIMENSIONS + 1] / _SCALE).astype(np.float32)
 
 
-def write_voice(voice_dir: Path, embedding: np.ndarray, meta: dict[str, object]) -> list[str]:
+def write_voice(voice_dir: Path, embedding: np.ndarray, meta: Mapping[str, object]) -> list[str]:
     """Write ``voice.json`` into ``voice_dir``; returns the names written."""
     payload = {"format": FORMAT, "version": 1, "embedding": [float(v) for v in embedding], **meta}
     (voice_dir / VOICE_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

@@ -47,7 +47,8 @@ def test_threads_on_one_streamed_codeclm_speak_as_serial_calls_and_keep_its_weig
     serial = {seed: synthesized(service, seed=seed) for seed in seeds}
     (model,) = service.models()
     before = [
-        {k: v.clone() for k, v in h.module.state_dict().items()} for h in model.loaded_engine.handles
+        {k: v.clone() for k, v in h.module.state_dict().items()}
+        for h in model.loaded_engine.handles
     ]
     (row,) = service.describe_models()
     assert row["streamed_bytes"] > 0  # the decoder streams

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from mizuoto_contract.snapshot import snapshot
 from mizuoto_runtime.lm import QwenConfig, QwenDecoder, UnsupportedModel, generate
 from mizuoto_runtime.sampling import SamplingParams
-from mizuoto_contract.snapshot import snapshot
 from mizuoto_runtime.weights.loading import load_into, load_state_dict
 
 FAMILIES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}

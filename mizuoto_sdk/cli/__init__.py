@@ -1,0 +1,68 @@
+"""The ``mizuoto`` command. Listing, doctor and runtime never import torch; synth does, to load.
+
+Exit codes: 0 ok, 2 a usage mistake (bad arguments, unknown engine, empty text, unwritable
+output), 1 an engine error, printed with its code. Stopped by SIGINT or SIGTERM, the command
+cleans up, prints one line and ends by that signal. One module per command (``engines`` also
+holds ``doctor``); each adds its subparser in ``register`` and names its handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from mizuoto_sdk.cli import engines, runtime, synth
+from mizuoto_sdk.cli.common import USAGE_CODES, Usage
+from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.process import run_command
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.host import RuntimeService
+
+__all__ = ["main", "run"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mizuoto", description="Run Mizuoto speech engines.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in (engines, synth, runtime):
+        command.register(commands)
+    return parser
+
+
+def run() -> None:
+    """The ``mizuoto`` executable: ``main`` on ``sys.argv``, then the process ends with its code.
+
+    SIGINT and SIGTERM unwind the command (an unfinished output file is removed) and end the
+    process by that signal after one line on stderr; threads a plugin left running never keep it
+    alive (``mizuoto_sdk.process``).
+    """
+    run_command(main, "mizuoto")
+
+
+def main(argv: Sequence[str] | None = None, service: RuntimeService | None = None) -> int:
+    """Run the command; ``service`` is the host whose models ``runtime`` shows (default: new).
+
+    Embedding processes call this: it returns the exit code and leaves signals and threads alone.
+    """
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse has printed the usage message
+        return int(exit_.code or 0)
+    args.service = service
+    try:
+        return int(args.handler(args))
+    except Usage as error:
+        print(f"mizuoto: error: {error}", file=sys.stderr)
+        return 2
+    except EngineError as error:
+        print(f"mizuoto: error [{error.code}]: {error}", file=sys.stderr)
+        return 2 if error.code in USAGE_CODES else 1
+    except SystemExit as exit_:  # engine or plugin code ended the command: say so, never silently
+        print(
+            f"mizuoto: error: engine or plugin code called sys.exit({exit_.code!r})",
+            file=sys.stderr,
+        )
+        return 1

@@ -1,0 +1,206 @@
+"""``mizuoto engines`` and ``mizuoto doctor``: what is installed and whether it can run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from typing import TypedDict
+
+from mizuoto_sdk.discovery import Discovery, EngineRecord
+from mizuoto_sdk.errors import EngineError
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    listing = commands.add_parser("engines", help="list installed engines")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(handler=engines)
+    checking = commands.add_parser("doctor", help="check torch and the engines' requirements")
+    checking.add_argument("engine", nargs="?", metavar="ENGINE")
+    checking.add_argument("--json", action="store_true", help="print JSON")
+    checking.set_defaults(handler=doctor)
+
+
+_Extra = TypedDict("_Extra", {"import": str, "requirement": str, "installed": bool})
+
+
+class _Row(TypedDict):
+    id: str
+    name: str | None
+    distribution: str
+    version: str
+    status: str
+    devices: list[str]
+    dtypes: list[str]
+    capabilities: list[str]
+    models: list[str]
+    extras: list[_Extra]
+    params: list[dict[str, object]]
+    api_version: str | None
+    uses_torch: bool | None
+    entry_point: str
+    error: str | None
+
+
+class _Diagnosis(TypedDict):
+    id: str
+    status: str
+    available: bool
+    missing_extras: list[str]
+    error: str | None
+    warnings: list[str]
+
+
+def _extras(record: EngineRecord) -> list[_Extra]:
+    extras = record.manifest.extras if record.manifest else {}
+    return [
+        {"import": name, "requirement": requirement, "installed": _importable(name)}
+        for name, requirement in extras.items()
+    ]
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _row(record: EngineRecord) -> _Row:
+    manifest = record.manifest
+    return {
+        "id": record.id,
+        "name": manifest.name if manifest else None,
+        "distribution": record.distribution,
+        "version": record.version,
+        "status": record.status,
+        "devices": list(manifest.devices) if manifest else [],
+        "dtypes": list(manifest.dtypes) if manifest else [],
+        "capabilities": list(manifest.capabilities) if manifest else [],
+        "models": [m.id for m in manifest.models] if manifest else [],
+        "extras": _extras(record),
+        "params": [param.describe() for param in manifest.params] if manifest else [],
+        "api_version": manifest.api_version if manifest else None,
+        "uses_torch": manifest.uses_torch if manifest else None,
+        "entry_point": record.entry_point,
+        "error": record.error,
+    }
+
+
+def engines(args: argparse.Namespace) -> int:
+    rows = [_row(r) for r in Discovery().records()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no engines installed (plugins register under the 'mizuoto.engines' entry point)")
+        return 0
+    table = [["ID", "DISTRIBUTION", "VERSION", "STATUS", "DEVICES", "DTYPES", "CAPABILITIES"]]
+    for row in rows:
+        table.append(
+            [
+                str(row["id"]),
+                str(row["distribution"]),
+                str(row["version"]),
+                str(row["status"]),
+                ",".join(row["devices"]),
+                ",".join(row["dtypes"]),
+                ",".join(row["capabilities"]),
+            ]
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    for line in table:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    for row in rows:
+        missing = [e["requirement"] for e in row["extras"] if not e["installed"]]
+        if missing:
+            print(f"  {row['id']}: optional extras not installed: pip install {' '.join(missing)}")
+        if row["error"]:
+            print(f"  {row['id']} ({row['status']}): {str(row['error']).splitlines()[0]}")
+    return 0
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from mizuoto_runtime.devices.probe import torch_build
+    from mizuoto_sdk.host.notorch import TORCH_INSTALL
+
+    build = torch_build()
+    discovery = Discovery()
+    records = discovery.records()
+    if args.engine is not None:
+        records = tuple(r for r in records if r.id == args.engine)
+        if not records:
+            known = ", ".join(sorted({r.id for r in discovery.records()}))
+            raise EngineError(
+                f"no engine {args.engine!r}; known engines: {known}", code="engine_not_found"
+            )
+    diagnoses = [_diagnose(discovery, r, bool(build["installed"])) for r in records]
+    if args.json:
+        print(json.dumps({"torch": build, "engines": diagnoses}, indent=2))
+    else:
+        if not build["installed"]:
+            print(f"torch: not installed; engines that use torch need it: {TORCH_INSTALL}")
+        else:
+            print(f"torch: {build['version']}, built for {build['build']}")
+        accelerators = ", ".join(build["accelerators"]) or "none"
+        print(f"machine accelerators: {accelerators}")
+        if build["install"]:
+            if build["installed"]:
+                print(f"  the installed torch does not match this machine: {build['install']}")
+            else:
+                print(f"  the torch build for this machine: {build['install']}")
+        for engine in diagnoses:
+            if engine["available"]:
+                state = "available"
+            elif engine["status"] != "ok":
+                state = f"{engine['status']}: {str(engine['error']).splitlines()[0]}"
+            elif not engine["missing_extras"]:  # what else it lacks: torch
+                state = f"needs torch: {TORCH_INSTALL}"
+            else:
+                state = f"lacks extras: pip install {' '.join(engine['missing_extras'])}"
+            print(f"engine {engine['id']}: {state}")
+            for warning in engine["warnings"]:
+                print(f"  warning: {warning}")
+    return 0 if all(e["status"] == "ok" for e in diagnoses) else 1
+
+
+def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> _Diagnosis:
+    """One engine's doctor entry, after importing its implementation as ``synth`` would.
+
+    A misspelt class, an import that fails or exits, or a class that disagrees with its manifest
+    shows here with status ``unavailable`` and the reason, rather than as "available".
+
+    Importing it must not import torch (listing and doctor stay fast and torch-free); when it
+    does, that is a warning. Once torch is in this process, later engines cannot be judged on
+    this point: ``mizuoto doctor ENGINE`` checks one engine in a fresh process. An engine that
+    uses torch is unavailable where torch is not installed (``torch`` False).
+    """
+    status: str = record.status
+    error = record.error
+    warnings: list[str] = []
+    if record.ok:
+        torch_before = "torch" in sys.modules
+        try:
+            discovery.get_engine(record.id)
+        except EngineError as unavailable:
+            status, error = "unavailable", str(unavailable)
+        else:
+            if not torch_before and "torch" in sys.modules:
+                implementation = record.manifest.implementation if record.manifest else record.id
+                warnings.append(
+                    f"importing {implementation} imports torch, which makes listing and doctor "
+                    "slow; import torch inside load() instead"
+                )
+    missing = [e["requirement"] for e in _extras(record) if not e["installed"]]
+    uses_torch = record.manifest.uses_torch if record.manifest else None
+    return {
+        "id": record.id,
+        "status": status,
+        "available": status == "ok" and not missing and (torch or uses_torch is False),
+        "missing_extras": missing,
+        "error": error,
+        "warnings": warnings,
+    }

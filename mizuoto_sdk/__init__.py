@@ -25,12 +25,22 @@ from mizuoto_sdk.errors import (
     EngineNotFound,
     EngineUnavailable,
     InvalidRequest,
+    ModelNotInstalled,
     OperationTimeoutError,
     Unsupported,
     WorkerFailed,
 )
 from mizuoto_sdk.hooks import hookimpl
-from mizuoto_sdk.manifest import API_VERSION, EngineManifest, ModelEntry
+from mizuoto_sdk.manifest import (
+    API_VERSION,
+    EngineManifest,
+    FolderSource,
+    HubSource,
+    ModelEntry,
+    ModelFile,
+    PackageSource,
+    UrlSource,
+)
 from mizuoto_sdk.params import Param
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
@@ -54,16 +64,22 @@ __all__ = [
     "EngineManifest",
     "EngineNotFound",
     "EngineUnavailable",
+    "FolderSource",
+    "HubSource",
     "InvalidRequest",
     "LoadSpec",
     "LoadedEngine",
     "ModelEntry",
+    "ModelFile",
     "ModelHandle",
+    "ModelNotInstalled",
     "OperationTimeoutError",
+    "PackageSource",
     "Param",
     "RequestContext",
     "Runtime",
     "Unsupported",
+    "UrlSource",
     "WorkerFailed",
     "hookimpl",
 ]

@@ -86,6 +86,13 @@ class EngineUnavailable(EngineError):
     code = "engine_unavailable"
 
 
+class ModelNotInstalled(EngineError):
+    """The model's files are missing or damaged; the message names the command that installs
+    them (``detail["command"]``) and ``detail["reason"]`` says what was wrong."""
+
+    code = "model_not_installed"
+
+
 ERROR_CODES: Mapping[str, str] = MappingProxyType(
     {
         "engine_error": "the engine failed; detail holds the exception name and traceback",
@@ -97,6 +104,8 @@ ERROR_CODES: Mapping[str, str] = MappingProxyType(
         "worker_failed": "the worker running the engine died",
         "engine_not_found": "no installed plugin provides this engine id",
         "engine_unavailable": "the engine's plugin failed to load, conflicts or is incompatible",
+        "model_not_installed": "the model's files are missing or damaged; detail['command'] "
+        "installs them",
     }
 )
 
@@ -113,6 +122,7 @@ _CLASSES: Mapping[str, type[EngineError]] = MappingProxyType(
             WorkerFailed,
             EngineNotFound,
             EngineUnavailable,
+            ModelNotInstalled,
         )
     }
 )

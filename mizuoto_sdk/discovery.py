@@ -195,7 +195,13 @@ class Discovery:
         for record in marked:
             if not record.ok:  # one line; the record (and `mizuoto engines`) holds the rest
                 reason = (record.error or "").splitlines()[0]
-                log.warning("plugin %s (%s): %s", record.distribution, record.status, reason)
+                log.warning(  # engine_record: a listing that shows the record can drop the line
+                    "plugin %s (%s): %s",
+                    record.distribution,
+                    record.status,
+                    reason,
+                    extra={"engine_record": record},
+                )
                 log.debug("plugin %s: %s", record.distribution, record.error)
         return tuple(sorted(marked, key=lambda r: (r.id, r.distribution)))
 

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
 import importlib.util
 import json
+import logging
+import os
+import shlex
 import sys
+from collections.abc import Iterator
 from typing import TypedDict
 
-from mizuoto_sdk.discovery import Discovery, EngineRecord
+from mizuoto_sdk import discovery
+from mizuoto_sdk.discovery import SELECTION_VARIABLE, Discovery, EngineRecord
 from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.hooks import ENTRY_POINT_GROUP
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -89,12 +97,13 @@ def _row(record: EngineRecord) -> _Row:
 
 
 def engines(args: argparse.Namespace) -> int:
-    rows = [_row(r) for r in Discovery().records()]
+    with _failures_in_table():
+        rows = [_row(r) for r in Discovery().records()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print("no engines installed (plugins register under the 'mizuoto.engines' entry point)")
+        print(_nothing_listed())
         return 0
     table = [["ID", "DISTRIBUTION", "VERSION", "STATUS", "DEVICES", "DTYPES", "CAPABILITIES"]]
     for row in rows:
@@ -117,10 +126,47 @@ def engines(args: argparse.Namespace) -> int:
     for row in rows:
         missing = [e["requirement"] for e in row["extras"] if not e["installed"]]
         if missing:
-            print(f"  {row['id']}: optional extras not installed: pip install {' '.join(missing)}")
+            print(f"  {row['id']}: optional extras not installed: {_pip_install(missing)}")
         if row["error"]:
             print(f"  {row['id']} ({row['status']}): {str(row['error']).splitlines()[0]}")
     return 0
+
+
+def _pip_install(requirements: list[str]) -> str:
+    """The command that installs ``requirements``, quoted for a shell (``'librosa>=0.10'``)."""
+    return "pip install " + " ".join(shlex.quote(r) for r in requirements)
+
+
+@contextlib.contextmanager
+def _failures_in_table() -> Iterator[None]:
+    """Drop discovery's log line for a failed plugin while the listing shows that failure itself."""
+
+    def shown_elsewhere(entry: logging.LogRecord) -> bool:
+        return not hasattr(entry, "engine_record")
+
+    logger = logging.getLogger(discovery.__name__)
+    logger.addFilter(shown_elsewhere)
+    try:
+        yield
+    finally:
+        logger.removeFilter(shown_elsewhere)
+
+
+def _nothing_listed() -> str:
+    """Why no engine is listed: none installed, or ``MIZUOTO_PLUGINS`` selected none of them."""
+    selection = os.environ.get(SELECTION_VARIABLE)
+    none = f"no engines installed (plugins register under the {ENTRY_POINT_GROUP!r} entry point)"
+    if selection is None:
+        return none
+    entries = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    installed = sorted({ep.dist.name for ep in entries if ep.dist is not None})
+    if not installed:
+        return f"{none}; {SELECTION_VARIABLE} is set to {selection!r}"
+    return (
+        f"no engines listed: {SELECTION_VARIABLE}={selection!r} selects none of the installed "
+        f"engine distributions ({', '.join(installed)}); name some of them, or unset "
+        f"{SELECTION_VARIABLE} to load all"
+    )
 
 
 def doctor(args: argparse.Namespace) -> int:

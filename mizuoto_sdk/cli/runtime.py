@@ -6,6 +6,7 @@ import argparse
 import json
 
 from mizuoto_sdk.cli.common import Usage, mib
+from mizuoto_sdk.cli.settings import add_set_option, host_settings
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,13 +29,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="unload idle models: all, or one engine or model as listed",
     )
     runtime_.add_argument("--device", help="device for --load")
+    add_set_option(runtime_)
     runtime_.set_defaults(handler=runtime)
 
 
 def runtime(args: argparse.Namespace) -> int:
     from mizuoto_sdk.host import RuntimeService
 
-    service = args.service if args.service is not None else RuntimeService()
+    if args.service is None:
+        service = RuntimeService(settings=host_settings(args.set))
+    else:  # an embedding process's host: --set changes its settings
+        from mizuoto_sdk.host.sources import parse_override
+
+        service = args.service
+        for override in args.set:
+            service.settings.set(*parse_override(override))
     for target in args.load:
         engine_id, _, model = target.partition(":")
         service.load(engine_id, model or None, device=args.device)

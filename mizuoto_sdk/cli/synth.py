@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from mizuoto_sdk.cli.common import Usage
+from mizuoto_sdk.cli.settings import add_set_option, host_settings
 from mizuoto_sdk.errors import EngineError
 
 
@@ -20,6 +21,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     synth_.add_argument("--device")
     synth_.add_argument("--dtype")
     synth_.add_argument("--model")
+    add_set_option(synth_)
     synth_.set_defaults(handler=synth)
 
 
@@ -56,7 +58,7 @@ def synth(args: argparse.Namespace) -> int:
     if is_folder:
         raise Usage(f"-o {args.output} is a folder; give a file name such as out.wav")
     started = time.perf_counter()
-    service = RuntimeService()
+    service = RuntimeService(settings=host_settings(args.set))
     engine = service.engine(args.engine, args.device)
     try:
         output = AtomicFile(args.output)

@@ -52,6 +52,7 @@ def effective_settings(
     replace the user's settings file and ``os.environ`` (tests point them elsewhere).
     """
     environ = os.environ if environ is None else environ
+    parsed = [(override, *parse_override(override)) for override in overrides]
     settings = Settings()
     origin = dict.fromkeys(settings.as_dict(), DEFAULT)
     for path in _files(user_settings_file() if user_file is None else user_file, environ):
@@ -62,8 +63,7 @@ def effective_settings(
             except InvalidRequest as error:
                 raise _located(error, path, _line_of(text, key), key) from None
             origin[key] = str(path)
-    for override in overrides:
-        key, value = parse_override(override)
+    for override, key, value in parsed:
         try:
             settings.set(key, value)
         except InvalidRequest as error:

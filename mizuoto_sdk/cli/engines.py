@@ -22,11 +22,17 @@ from mizuoto_sdk.hooks import ENTRY_POINT_GROUP
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     listing = commands.add_parser("engines", help="list installed engines")
-    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument(
+        "--json", action="store_true", help="print every field as JSON; default: a table"
+    )
     listing.set_defaults(handler=engines)
     checking = commands.add_parser("doctor", help="check torch and the engines' requirements")
-    checking.add_argument("engine", nargs="?", metavar="ENGINE")
-    checking.add_argument("--json", action="store_true", help="print JSON")
+    checking.add_argument(
+        "engine", nargs="?", metavar="ENGINE", help="an engine id to check alone; default: all"
+    )
+    checking.add_argument(
+        "--json", action="store_true", help="print the findings as JSON; default: lines"
+    )
     checking.set_defaults(handler=doctor)
 
 

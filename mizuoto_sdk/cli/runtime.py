@@ -13,22 +13,30 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     runtime_ = commands.add_parser(
         "runtime", help="models loaded in this process, and where their weights are"
     )
-    runtime_.add_argument("--json", action="store_true", help="print JSON")
+    runtime_.add_argument(
+        "--json", action="store_true", help="print the models as JSON; default: lines"
+    )
     runtime_.add_argument(
         "--load",
         action="append",
         default=[],
         metavar="ENGINE[:MODEL]",
-        help="load this engine's model first (repeatable)",
+        help="load this engine's model first (MODEL: a model id; default: the engine's model "
+        "setting, else its first model); repeatable; default: load nothing",
     )
     runtime_.add_argument(
         "--unload",
         nargs="?",
         const="",
         metavar="MODEL",
-        help="unload idle models: all, or one engine or model as listed",
+        help="unload idle models: all (no MODEL), or one engine id or model name as listed; "
+        "default: unload nothing",
     )
-    runtime_.add_argument("--device", help="device for --load")
+    runtime_.add_argument(
+        "--device",
+        help="device for --load (cpu, cuda, cuda:1, ...); default: the engine's device setting, "
+        "else cpu",
+    )
     add_set_option(runtime_)
     runtime_.set_defaults(handler=runtime)
 

@@ -3,12 +3,11 @@ are, what the memory manager files its components under, and its components as M
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mizuoto_sdk.errors import EngineUnavailable
+from mizuoto_sdk.host.models import ModelStore, model_cache
 from mizuoto_sdk.manifest import ModelEntry
 from mizuoto_sdk.types import LoadSpec
 
@@ -65,21 +64,8 @@ def owner_name(name: str, key: tuple[object, ...]) -> str:
     return f"{name}[{' '.join(extra + ([str(options)] if options != '{}' else []))}]"
 
 
-def model_dir(entry: ModelEntry, engine_id: str) -> Path | None:
-    if entry.files is None:
-        return None
-    if entry.files.startswith("/"):
-        return Path(entry.files)
-    package, _, relative = entry.files.partition(":")
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        raise EngineUnavailable(
-            f"model {entry.id!r} of {engine_id!r} lives in package {package!r}"
-            ", which is not installed",
-            {"engine": engine_id},
-        )
-    if spec.submodule_search_locations:
-        base = Path(next(iter(spec.submodule_search_locations)))
-    else:
-        base = Path(str(spec.origin)).parent
-    return base / relative
+def model_dir(entry: ModelEntry, engine_id: str, cache: Path | None = None) -> Path | None:
+    """The folder ``entry``'s files are in, checked: ModelNotInstalled (naming the command that
+    installs it) when they are missing or damaged; ``cache`` is the model cache (default: the
+    one ``MIZUOTO_HOME`` or the user data folder names)."""
+    return ModelStore(cache if cache is not None else model_cache()).require(engine_id, entry)

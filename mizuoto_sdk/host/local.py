@@ -25,6 +25,7 @@ from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.loading import model_dir, model_handles
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import NoRuntime, declared_dtype
+from mizuoto_sdk.host.models import model_cache
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
 from mizuoto_sdk.types import LoadSpec
@@ -183,7 +184,7 @@ class LocalEngine:
                     entry.id,
                     self.device,
                     choice.dtype,
-                    model_dir(entry, self.engine_id),
+                    model_dir(entry, self.engine_id, model_cache(settings)),
                     variant,
                     merged,
                 )

@@ -4,7 +4,8 @@
 (``mizuoto_sdk.compute``), which holds their defaults and checks, and every call reads them as
 ``ctx.compute``. ``engines.<id>.*`` keys belong to one engine, and
 changing one unloads that engine so the next request reloads it with the new value.
-``voices.roots`` names the folders a voice may be read from.
+``voices.roots`` names the folders a voice may be read from; ``models.cache`` the folder
+models are pulled into.
 
 A value is checked completely when it is set, including the limits its first use depends on
 (finite numbers, a simulated device of at least one byte), so a setting that was accepted never
@@ -74,9 +75,20 @@ def _folders(key: str, value: object) -> tuple[str, ...]:
     return tuple(os.path.abspath(os.fspath(item)) for item in items)
 
 
+def _folder(key: str, value: object) -> str:
+    """One folder path, stored absolute."""
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise InvalidRequest(f"{key}: expected a folder path, got {value!r}", {"field": key})
+    return _folders(key, value)[0]
+
+
 # Settings besides compute.*: folders that params["voice"] may name voices in, besides each
 # engine's own (engines read it from ctx.settings; see docs/host/settings.md).
-OTHER_KEYS: Mapping[str, Callable[[str, object], object]] = {"voices.roots": _folders}
+# models.cache: the folder models are pulled into (default $MIZUOTO_HOME/models; host/models.py).
+OTHER_KEYS: Mapping[str, Callable[[str, object], object]] = {
+    "voices.roots": _folders,
+    "models.cache": _folder,
+}
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
     "dtype": _dtype,

@@ -36,9 +36,11 @@ from mizuoto_sdk.manifest import (
     EngineManifest,
     FolderSource,
     HubSource,
+    Library,
     ModelEntry,
     ModelFile,
     PackageSource,
+    Program,
     UrlSource,
 )
 from mizuoto_sdk.params import Param
@@ -67,6 +69,7 @@ __all__ = [
     "FolderSource",
     "HubSource",
     "InvalidRequest",
+    "Library",
     "LoadSpec",
     "LoadedEngine",
     "ModelEntry",
@@ -76,6 +79,7 @@ __all__ = [
     "OperationTimeoutError",
     "PackageSource",
     "Param",
+    "Program",
     "RequestContext",
     "Runtime",
     "Unsupported",

@@ -303,6 +303,74 @@ def _reasons(value: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
+def _command(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        owner = type(instance).__name__
+        raise ValueError(
+            f"{owner}.{attribute.name}: expected a non-empty string such as "
+            f"'apt install espeak-ng', got {value!r}"
+        )
+
+
+def _system_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        owner = type(instance).__name__
+        raise ValueError(
+            f"{owner}.{attribute.name}: expected a name without spaces such as 'espeak-ng', "
+            f"got {value!r}"
+        )
+
+
+_probe = attrs.validators.optional(_matches(_IMPLEMENTATION, "mizuoto_engine_x.checks:espeak_ok"))
+
+
+@attrs.frozen
+class Program:
+    """A program the engine runs (``espeak-ng``, ``ffmpeg``) and the command that installs it.
+
+    The host looks ``name`` up on PATH (``shutil.which``). ``probe``, ``"pkg.module:function"``,
+    replaces that lookup with the engine's own check: a cheap function that must not import
+    torch and returns None when the program is usable, else a sentence saying why not (too old,
+    a voice missing). ``install`` is what the user is told to run when it is missing.
+    """
+
+    name: str = attrs.field(validator=_system_name)
+    install: str = attrs.field(validator=_command)
+    probe: str | None = attrs.field(default=None, validator=_probe)
+
+
+@attrs.frozen
+class Library:
+    """A shared library the engine loads (``sndfile`` for libsndfile) and how to install it.
+
+    The host looks ``name`` up as ``ctypes.util.find_library`` does (the name without ``lib``
+    and suffix); ``probe`` and ``install`` are as for ``Program``.
+    """
+
+    name: str = attrs.field(validator=_system_name)
+    install: str = attrs.field(validator=_command)
+    probe: str | None = attrs.field(default=None, validator=_probe)
+
+
+def _system_items(kind: str, cls: type[Any], values: Iterable[Any]) -> tuple[Any, ...]:
+    items = (values,) if isinstance(values, str | cls) else tuple(values)
+    wrong = [v for v in items if not isinstance(v, cls)]
+    if wrong:
+        raise ValueError(f"{kind}: expected {cls.__name__} values, got {wrong[0]!r}")
+    names = [v.name for v in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{kind}: {names} names one twice")
+    return items
+
+
+def _programs(values: Iterable[Program]) -> tuple[Program, ...]:
+    return _system_items("programs", Program, values)
+
+
+def _libraries(values: Iterable[Library]) -> tuple[Library, ...]:
+    return _system_items("libraries", Library, values)
+
+
 def _check_api_version(
     instance: EngineManifest, attribute: attrs.Attribute[Any], value: str
 ) -> None:
@@ -328,6 +396,9 @@ class EngineManifest:
     the host then loads and calls it without the runtime, also where torch is not installed.
     ``params`` declares the request params the engine reads (see ``Param``); the host checks
     each request against them. A manifest that declares none gets its requests' params as given.
+    ``programs`` and ``libraries`` name what the engine needs beyond Python packages (see
+    ``Program``, ``Library``): ``mizuoto engines`` and ``mizuoto doctor`` report the missing ones
+    with their install command, and loading the engine fails with ``engine_unavailable``.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -345,6 +416,8 @@ class EngineManifest:
     sample_text: str | None = attrs.field(default=None, validator=_check_sample_text)
     uses_torch: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     params: tuple[Param, ...] = attrs.field(default=(), converter=check_declaration)
+    programs: tuple[Program, ...] = attrs.field(default=(), converter=_programs)
+    libraries: tuple[Library, ...] = attrs.field(default=(), converter=_libraries)
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

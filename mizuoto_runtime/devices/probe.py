@@ -13,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -75,36 +76,92 @@ class TorchBuild(TypedDict):
 def torch_build() -> TorchBuild:
     """What the installed torch was built for, what this machine has, and the install to fix it."""
     values = _read_torch_version_file()
-    accelerators = machine_accelerators()
     if values is None:
-        build = None
-        version = None
-    else:
-        found = values.get("__version__")
-        version = found if isinstance(found, str) and found else importlib.metadata.version("torch")
-        build = next(
-            (
-                f"{kind} {values[key]}"
-                for kind, key in (("cuda", "cuda"), ("rocm", "hip"), ("xpu", "xpu"))
-                if values.get(key)
-            ),
-            "cpu",
-        )
+        return describe_build(None, None, machine_accelerators())
+    found = values.get("__version__")
+    version = found if isinstance(found, str) and found else importlib.metadata.version("torch")
+    build = next(
+        (
+            f"{kind} {values[key]}"
+            for kind, key in (("cuda", "cuda"), ("rocm", "hip"), ("xpu", "xpu"))
+            if values.get(key)
+        ),
+        "cpu",
+    )
+    return describe_build(version, build, machine_accelerators())
+
+
+# The wheel index for a build kind, newest torch first: (oldest torch version, index). Each
+# torch release is published for a few CUDA / ROCm versions only; these are ones every release
+# from that version on has.
+_INDEXES: dict[str, list[tuple[tuple[int, int], str]]] = {
+    "cuda": [((2, 7), "cu128"), ((0, 0), "cu124")],
+    "rocm": [((2, 8), "rocm6.4"), ((2, 7), "rocm6.3"), ((0, 0), "rocm6.1")],
+    "cpu": [((0, 0), "cpu")],
+}
+_RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def describe_build(version: str | None, build: str | None, accelerators: list[str]) -> TorchBuild:
+    """``torch_build``'s answer for torch ``version`` built for ``build`` (both None: torch is
+    not installed) on a machine with ``accelerators`` (``machine_accelerators()``'s kinds).
+
+    The fix for a build that does not match the machine uninstalls torch first: pip holds
+    ``2.5.1+cu124`` as satisfying ``torch==2.5.1``, so a plain install from the other index
+    answers "Requirement already satisfied" and changes nothing. The same version is asked for,
+    so that packages pinned to it (torchaudio, torchvision) keep working.
+    """
     wanted = accelerators[0] if accelerators else "cpu"
     matches = build is not None and (build.split()[0] == wanted or wanted == "mps")
-    index = {"cuda": "cu128", "rocm": "rocm6.4", "cpu": "cpu"}.get(wanted)
+    release = (version or "").split("+")[0]
+    pinned = _RELEASE.fullmatch(release)
     if wanted == "mps":
         install = "pip install torch"
     else:
-        install = f"pip install torch --index-url https://download.pytorch.org/whl/{index}"
+        at = (int(pinned[1]), int(pinned[2])) if pinned else (99, 0)
+        index = next(name for since, name in _INDEXES[wanted] if at >= since)
+        pin = f"torch=={release}" if pinned else "torch"
+        install = f"pip install {pin} --index-url https://download.pytorch.org/whl/{index}"
+    if version is not None and not matches:
+        install = f"pip uninstall -y torch && {install}"
     return {
-        "installed": values is not None,
+        "installed": version is not None,
         "version": version,
         "build": build,
         "accelerators": accelerators,
         "matches_machine": matches,
         "install": None if matches else install,
     }
+
+
+def device_missing(device: str, build: TorchBuild) -> tuple[str, str]:
+    """Why torch cannot open ``device``, as ``(cause, sentence)``; ``build`` is ``torch_build()``.
+
+    cause ``torch_build``: the machine has the device but this torch was not built for it (the
+    sentence holds the install that fixes it); ``no_device``: this machine has none;
+    ``not_visible``: both have it, yet torch cannot open this one (an index past the last
+    device, ``CUDA_VISIBLE_DEVICES``, a driver older than the build's CUDA).
+    """
+    kind = device.partition(":")[0]
+    torch = f"torch {build['version']} (built for {build['build']})"
+    if kind == "cuda":  # ROCm builds of torch name AMD GPUs cuda too
+        machine = [a for a in build["accelerators"] if a in ("cuda", "rocm")]
+        built = (build["build"] or "cpu").split()[0] in ("cuda", "rocm")
+    else:
+        machine = [a for a in build["accelerators"] if a == kind]
+        built = kind == "mps" or (build["build"] or "cpu").split()[0] == kind
+    if machine and not built:
+        fix = build["install"] or "install a torch built for it"
+        return "torch_build", f"this machine has a {kind} device but {torch} has no {kind}: {fix}"
+    if not machine and (kind in ("cuda", "mps") or not built):
+        also = f" ({torch} could use one)" if built else f", and {torch} has no {kind} either"
+        return "no_device", f"this machine has no {kind} device{also}; run on cpu"
+    return (
+        "not_visible",
+        f"{torch} and this machine both have {kind}, but {device} cannot be opened: an index "
+        "past the last device, devices hidden by CUDA_VISIBLE_DEVICES, or a driver older than "
+        "the build's",
+    )
 
 
 def _nvidia_devices() -> list[dict[str, object]]:

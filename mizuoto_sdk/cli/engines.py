@@ -12,12 +12,16 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from mizuoto_sdk import discovery
 from mizuoto_sdk.discovery import SELECTION_VARIABLE, Discovery, EngineRecord
 from mizuoto_sdk.errors import EngineError
 from mizuoto_sdk.hooks import ENTRY_POINT_GROUP
+from mizuoto_sdk.host.programs import Missing, missing_requirements
+
+if TYPE_CHECKING:
+    from mizuoto_runtime.devices.probe import TorchBuild
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,6 +54,7 @@ class _Row(TypedDict):
     capabilities: list[str]
     models: list[str]
     extras: list[_Extra]
+    missing_programs: list[Missing]
     params: list[dict[str, object]]
     api_version: str | None
     uses_torch: bool | None
@@ -62,6 +67,7 @@ class _Diagnosis(TypedDict):
     status: str
     available: bool
     missing_extras: list[str]
+    missing_programs: list[Missing]
     error: str | None
     warnings: list[str]
 
@@ -94,6 +100,7 @@ def _row(record: EngineRecord) -> _Row:
         "capabilities": list(manifest.capabilities) if manifest else [],
         "models": [m.id for m in manifest.models] if manifest else [],
         "extras": _extras(record),
+        "missing_programs": missing_requirements(manifest) if manifest else [],
         "params": [param.describe() for param in manifest.params] if manifest else [],
         "api_version": manifest.api_version if manifest else None,
         "uses_torch": manifest.uses_torch if manifest else None,
@@ -133,6 +140,8 @@ def engines(args: argparse.Namespace) -> int:
         missing = [e["requirement"] for e in row["extras"] if not e["installed"]]
         if missing:
             print(f"  {row['id']}: optional extras not installed: {_pip_install(missing)}")
+        for need in row["missing_programs"]:
+            print(f"  {row['id']}: {_missing_line(need)}")
         if row["error"]:
             print(f"  {row['id']} ({row['status']}): {str(row['error']).splitlines()[0]}")
     return 0
@@ -176,6 +185,11 @@ def _nothing_listed() -> str:
 
 
 def doctor(args: argparse.Namespace) -> int:
+    """Exit 1 when an engine checked (the one named, or any without a name) cannot run here.
+
+    A torch build that does not match the machine is reported with the command that replaces
+    it, but does not fail the command by itself: engines still run on the CPU.
+    """
     from mizuoto_runtime.devices.probe import torch_build
     from mizuoto_sdk.host.notorch import TORCH_INSTALL
 
@@ -201,22 +215,49 @@ def doctor(args: argparse.Namespace) -> int:
         print(f"machine accelerators: {accelerators}")
         if build["install"]:
             if build["installed"]:
-                print(f"  the installed torch does not match this machine: {build['install']}")
+                print(f"  the installed torch does not match this machine: {_mismatch(build)}")
+                print(f"  replace it: {build['install']}")
             else:
                 print(f"  the torch build for this machine: {build['install']}")
         for engine in diagnoses:
-            if engine["available"]:
-                state = "available"
-            elif engine["status"] != "ok":
-                state = f"{engine['status']}: {str(engine['error']).splitlines()[0]}"
-            elif not engine["missing_extras"]:  # what else it lacks: torch
-                state = f"needs torch: {TORCH_INSTALL}"
+            problems = _problems(engine, TORCH_INSTALL)
+            if not problems:
+                print(f"engine {engine['id']}: available")
+            elif len(problems) == 1:
+                print(f"engine {engine['id']}: {problems[0]}")
             else:
-                state = f"lacks extras: pip install {' '.join(engine['missing_extras'])}"
-            print(f"engine {engine['id']}: {state}")
+                print(f"engine {engine['id']}: cannot run")
+                for problem in problems:
+                    print(f"  - {problem}")
             for warning in engine["warnings"]:
                 print(f"  warning: {warning}")
-    return 0 if all(e["status"] == "ok" for e in diagnoses) else 1
+    return 0 if all(e["available"] for e in diagnoses) else 1
+
+
+def _mismatch(build: TorchBuild) -> str:
+    built = build["build"] or "cpu"
+    if not build["accelerators"]:
+        return (
+            f"it is built for {built} but this machine has no GPU, so it runs on the CPU and "
+            "carries GPU libraries it cannot use"
+        )
+    return f"it is built for {built} but this machine has {', '.join(build['accelerators'])}"
+
+
+def _missing_line(need: Missing) -> str:
+    return f"needs {need['kind']} {need['name']} ({need['reason']}): {need['install']}"
+
+
+def _problems(engine: _Diagnosis, torch_install: str) -> list[str]:
+    """Why ``engine`` cannot run, one sentence with its fix each; empty when it can."""
+    if engine["available"]:
+        return []
+    if engine["status"] != "ok":
+        return [f"{engine['status']}: {str(engine['error']).splitlines()[0]}"]
+    problems = [_missing_line(need) for need in engine["missing_programs"]]
+    if engine["missing_extras"]:
+        problems.append(f"lacks extras: pip install {' '.join(engine['missing_extras'])}")
+    return problems or [f"needs torch: {torch_install}"]  # what else it lacks: torch
 
 
 def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> _Diagnosis:
@@ -247,12 +288,17 @@ def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> _Diagn
                     "slow; import torch inside load() instead"
                 )
     missing = [e["requirement"] for e in _extras(record) if not e["installed"]]
+    programs = missing_requirements(record.manifest) if record.manifest else []
     uses_torch = record.manifest.uses_torch if record.manifest else None
     return {
         "id": record.id,
         "status": status,
-        "available": status == "ok" and not missing and (torch or uses_torch is False),
+        "available": status == "ok"
+        and not missing
+        and not programs
+        and (torch or uses_torch is False),
         "missing_extras": missing,
+        "missing_programs": programs,
         "error": error,
         "warnings": warnings,
     }

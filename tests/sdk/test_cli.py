@@ -133,6 +133,7 @@ def test_doctor_and_runtime(capsys):
         "status": "ok",
         "available": True,
         "missing_extras": [],
+        "missing_programs": [],
         "error": None,
         "warnings": [],
     } in report["engines"]

@@ -124,8 +124,8 @@ def test_list_doctor_host_and_synth_without_torch(no_torch, tmp_path):
     seen = _child(_SCRIPT, no_torch, tmp_path)
     assert seen["torch_findable"] is False
     assert seen["engines"] == [0, {"notorch": False, "sine": True}]
-    # doctor: the torch-free engine is available, the torch engine is not, and says why.
-    assert seen["doctor"] == [0, False, {"notorch": True, "sine": False}]
+    # doctor: the torch-free engine is available, the torch engine is not (so doctor exits 1).
+    assert seen["doctor"] == [1, False, {"notorch": True, "sine": False}]
     samples, same_seed_equal, other_seed_differs = seen["host"]
     assert samples == 2 * 1600 * 4 and same_seed_equal and other_seed_differs
     code, message = seen["use_runtime"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.devices.device import is_oom
+from mizuoto_runtime.devices.probe import device_missing, torch_build
 from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.engine import Engine, LoadedEngine
 from mizuoto_sdk.errors import (
@@ -24,8 +25,9 @@ from mizuoto_sdk.errors import (
 from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.loading import model_dir, model_handles
 from mizuoto_sdk.host.model import LocalModel
-from mizuoto_sdk.host.notorch import NoRuntime, declared_dtype
 from mizuoto_sdk.host.models import model_cache
+from mizuoto_sdk.host.notorch import NoRuntime, declared_dtype
+from mizuoto_sdk.host.programs import missing_requirements, unavailable
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
 from mizuoto_sdk.types import LoadSpec
@@ -132,6 +134,9 @@ class LocalEngine:
         """Import the implementation (torch stays unimported until ``load``)."""
         if self._engine is None:
             engine_class = self._engine_class()
+            missing = missing_requirements(self.manifest)
+            if missing:  # not a crash: installing the program and loading again works
+                raise self.failure(unavailable(self.engine_id, missing))
             try:
                 self._engine = engine_class()
             except KeyboardInterrupt:
@@ -292,11 +297,11 @@ class LocalEngine:
         except EngineError as error:  # torch is not installed
             raise self.failure(error) from None
         if not runtime.device_available(self.device):
+            cause, why = device_missing(self.device, torch_build())
             raise self.failure(
                 ComputeUnavailable(
-                    f"device {self.device} is not available to this torch build "
-                    f"({runtime.torch_version})",
-                    {"reason": "device_missing"},
+                    f"device {self.device} is not available: {why}",
+                    {"reason": "device_missing", "cause": cause, "torch": runtime.torch_version},
                 )
             )
         return runtime

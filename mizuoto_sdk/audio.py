@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import struct
 import wave
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
+from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.types import PCM_SCALES, AudioChunk, sample_kind
 
 if TYPE_CHECKING:
@@ -87,8 +89,8 @@ class AtomicFile:
                 os.unlink(self.temporary)
 
 
-def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
-    """Write mono float samples in [-1, 1] as a 16-bit PCM WAV file.
+def write_wav(path: str | Path | BinaryIO, samples: np.ndarray, sample_rate: int) -> None:
+    """Write mono float samples in [-1, 1] as a 16-bit PCM WAV file (a path or a binary file).
 
     A sample becomes ``round(x * 32768)`` clipped to [-32768, 32767]: the inverse of the
     ``int16 / 32768`` reading, so int16 audio read that way is written back bit for bit (the
@@ -98,8 +100,79 @@ def write_wav(path: str | Path, samples: np.ndarray, sample_rate: int) -> None:
 
     scaled = np.asarray(samples, dtype=np.float64) * 32768.0
     pcm = np.clip(np.rint(scaled), -32768, 32767).astype("<i2")
-    with wave.open(str(path), "wb") as out:
+    target = str(path) if isinstance(path, (str, os.PathLike)) else path
+    with wave.open(target, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(int(sample_rate))
         out.writeframes(pcm.tobytes())
+
+
+# WAVE format tags: integer PCM, IEEE float, and the extensible header that names one of them.
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+_PCM_DTYPES = {8: "u1", 16: "<i2", 32: "<i4"}
+
+
+def read_wav(path: str | Path, field: str = "audio") -> AudioChunk:
+    """A WAV file as an AudioChunk of float32 samples: ``[n]`` mono, ``[channels, n]`` otherwise.
+
+    Reads PCM of 8 (unsigned), 16, 24 or 32 bits and 32- or 64-bit float, plain or in the
+    extensible header; integer PCM is divided by its full scale (16-bit ``-32768`` is -1.0).
+    Anything else is an InvalidRequest naming ``field`` and the file, without torch.
+    """
+    import numpy as np
+
+    def invalid(problem: str) -> InvalidRequest:
+        return InvalidRequest(f"{field}: {path} {problem}", {"field": field, "path": str(path)})
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise invalid(f"cannot be read: {error.strerror or error}") from None
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise invalid("is not a WAV file (no RIFF/WAVE header)")
+    fmt, frames, offset = None, None, 12
+    while offset + 8 <= len(data) and (fmt is None or frames is None):
+        name, size = data[offset : offset + 4], struct.unpack_from("<I", data, offset + 4)[0]
+        body = data[offset + 8 : offset + 8 + size]
+        if name == b"fmt ":
+            fmt = body
+        elif name == b"data":
+            frames = body  # a header that overstates the size (streamed WAV) keeps what is there
+        offset += 8 + size + (size & 1)  # chunks are padded to an even length
+    if fmt is None or len(fmt) < 16:
+        raise invalid("has no format chunk")
+    if frames is None:
+        raise invalid("has no data chunk")
+    tag, channels, rate = struct.unpack_from("<HHI", fmt)
+    bits = struct.unpack_from("<H", fmt, 14)[0]
+    if tag == _EXTENSIBLE and len(fmt) >= 26:
+        tag = struct.unpack_from("<H", fmt, 24)[0]  # the sub-format GUID starts with the tag
+    if channels < 1 or rate < 1:
+        raise invalid(f"declares {channels} channels at {rate} Hz")
+    width = bits // 8
+    if bits % 8 or not (
+        (tag == _PCM and bits in (8, 16, 24, 32)) or (tag == _FLOAT and bits in (32, 64))
+    ):
+        kind = {_PCM: "PCM", _FLOAT: "float"}.get(tag, f"format tag {tag:#x}")
+        raise invalid(
+            f"holds {bits}-bit {kind} audio; expected 8/16/24/32-bit PCM or 32/64-bit float"
+        )
+    usable = len(frames) - len(frames) % (width * channels)
+    raw = np.frombuffer(frames[:usable], dtype="u1")
+    if tag == _FLOAT:
+        samples = raw.view("<f4" if bits == 32 else "<f8").astype(np.float32)
+    elif bits == 24:  # three bytes, little-endian, sign from the top byte
+        triples = raw.reshape(-1, 3).astype(np.int32)
+        values = triples[:, 0] | (triples[:, 1] << 8) | (triples[:, 2] << 16)
+        values = np.where(values >= 2**23, values - 2**24, values)
+        samples = (values.astype(np.float64) / 2**23).astype(np.float32)
+    else:
+        values = raw.view(_PCM_DTYPES[bits]).astype(np.float64)
+        if bits == 8:
+            values -= 128  # 8-bit WAV is unsigned, silence at 128
+        samples = (values / 2.0 ** (bits - 1)).astype(np.float32)
+    samples = samples.reshape(-1, channels).T  # interleaved frames -> [channels, n]
+    if not samples.shape[-1]:
+        raise invalid("holds no audio")
+    return AudioChunk(np.ascontiguousarray(samples[0] if channels == 1 else samples), rate)

@@ -1,4 +1,4 @@
-"""``mizuoto synth``: text to a WAV file through the host, streamed, atomic."""
+"""``mizuoto synth``: text to a WAV file (or standard output) through the host, streamed, atomic."""
 
 from __future__ import annotations
 
@@ -7,83 +7,74 @@ import sys
 import time
 from pathlib import Path
 
-from mizuoto_sdk.cli.common import Usage
+from mizuoto_sdk.cli.common import Usage, add_call_options, request_params
+from mizuoto_sdk.cli.output import add_output_option, collect, report, wav_output, wav_target
+from mizuoto_sdk.cli.progress import Progress
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
-from mizuoto_sdk.errors import EngineError
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     synth_ = commands.add_parser("synth", help="synthesize TEXT into a WAV file")
-    synth_.add_argument("engine", metavar="ENGINE")
-    synth_.add_argument("text", metavar="TEXT")
-    synth_.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.wav")
-    synth_.add_argument("--seed", type=int)
-    synth_.add_argument("--device")
-    synth_.add_argument("--dtype")
-    synth_.add_argument("--model")
+    synth_.add_argument("engine", metavar="ENGINE", help="an engine id (`mizuoto engines`)")
+    synth_.add_argument(
+        "text",
+        metavar="TEXT",
+        nargs="?",
+        help="the words to say, or - to read them from standard input; required unless "
+        "--text-file is given",
+    )
+    synth_.add_argument(
+        "--text-file", type=Path, metavar="FILE", help="read the words from FILE (UTF-8)"
+    )
+    add_output_option(synth_)
+    add_call_options(synth_, voice=True)
     add_set_option(synth_)
     synth_.set_defaults(handler=synth)
 
 
-class _Progress:
-    """Progress lines on stderr, only once a run has taken longer than ``delay`` seconds."""
-
-    def __init__(self, delay: float = 0.5, every: float = 0.25) -> None:
-        self._start = time.perf_counter()
-        self._delay, self._every, self._last = delay, every, 0.0
-
-    def __call__(self, done: float, total: float | None, message: str | None) -> None:
-        now = time.perf_counter() - self._start
-        if now < self._delay or now - self._last < self._every:
-            return
-        self._last = now
-        amount = f"{done:g}/{total:g}" if total else f"{done:g}"
-        print(
-            f"progress {amount}{f' {message}' if message else ''} ({now:.1f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
+def read_text(args: argparse.Namespace) -> str:
+    """The words from exactly one source: TEXT, ``-`` (standard input) or ``--text-file``."""
+    if (args.text is None) == (args.text_file is None):
+        raise Usage("give the words as TEXT, as - (standard input) or with --text-file, once")
+    if args.text_file is not None:
+        try:
+            text: str = args.text_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = error.strerror if isinstance(error, OSError) else error
+            raise Usage(f"--text-file {args.text_file}: cannot be read: {reason}") from None
+        source = f"--text-file {args.text_file}"
+    elif args.text == "-":
+        text, source = sys.stdin.read(), "standard input"
+    else:
+        text, source = args.text, "TEXT"
+    if not text.strip():
+        raise Usage(f"{source} is empty: give the words to synthesize")
+    return text
 
 
 def synth(args: argparse.Namespace) -> int:
-    from mizuoto_sdk.audio import AtomicFile, write_wav
     from mizuoto_sdk.host import EngineRequest, RuntimeService
 
-    if not args.text.strip():
-        raise Usage("TEXT is empty: give the words to synthesize")
-    try:
-        is_folder = args.output.is_dir()
-    except OSError as error:  # a name too long for the file system, a loop of links ...
-        raise Usage(f"cannot write {args.output}: {error.strerror or error}") from None
-    if is_folder:
-        raise Usage(f"-o {args.output} is a folder; give a file name such as out.wav")
+    text = read_text(args)
+    target = wav_target(args.output, args.json)
     started = time.perf_counter()
     service = RuntimeService(settings=host_settings(args.set))
     engine = service.engine(args.engine, args.device)
+    params = request_params(engine.manifest, args.param, seed=args.seed, voice=args.voice)
+    progress = Progress()
     try:
-        output = AtomicFile(args.output)
-    except OSError as error:
-        raise Usage(f"cannot write {args.output}: {error.strerror or error}") from None
-    with output as temporary:
-        handle = engine.load(args.model, dtype=args.dtype)
-        loaded = time.perf_counter()
-        request = EngineRequest(
-            params={} if args.seed is None else {"seed": args.seed}, progress=_Progress()
-        )
-        chunks = list(handle.synthesize(args.text, request))
-        if not chunks:
-            raise EngineError(f"engine {args.engine!r} produced no audio for {args.text!r}")
-        import numpy as np
+        with wav_output(target) as sink:
+            from mizuoto_sdk.audio import write_wav
 
-        samples, rate = np.concatenate([c.samples for c in chunks]), chunks[0].sample_rate
-        write_wav(temporary, samples, rate)
-    timings = request.timings
-    print(
-        f"wrote {args.output}: {len(samples) / rate:.2f} s of audio at {rate} Hz in "
-        f"{len(chunks)} chunks (seed {request.applied.get('seed')})"
-    )
-    print(
-        f"timings: load {loaded - started:.3f} s, first chunk {timings.get('first_chunk', 0):.3f}"
-        f" s, synthesis {timings.get('total', 0):.3f} s"
-    )
+            handle = engine.load(args.model, dtype=args.dtype)
+            load_seconds = time.perf_counter() - started
+            progress.restart()  # the call's own time; loading is not part of it
+            request = EngineRequest(params=params, progress=progress)
+            empty = f"engine {args.engine!r} produced no audio for {text!r}"
+            audio = collect(handle.synthesize(text, request), empty)
+            write_wav(sink, audio[0], audio[1])
+    except BaseException:
+        progress.abandon()
+        raise
+    report(args, engine.manifest, request, load_seconds, audio, progress)
     return 0

@@ -191,15 +191,21 @@ def test_cuda_graphs_off_cuda_run_eagerly_and_say_so(service, codeclm):
     assert np.array_equal(eager, graphed)
 
 
-def test_progress_counts_frames_up_to_the_bound(codeclm):
+def test_progress_counts_frames_with_an_unknown_total_then_the_real_one(codeclm):
     seen = []
     request = EngineRequest(
         params={"seed": 1, "chunk_frames": 8}, progress=lambda *a: seen.append(a)
     )
     _, chunks, _ = audio(codeclm, "Hi", request=request)
-    assert len(seen) == len(chunks)
-    assert [done for done, _, _ in seen] == sorted({done for done, _, _ in seen})
-    assert {(total, message) for _, total, message in seen} == {(4 * 2 + 16, "frames")}
+    assert len(seen) == len(chunks) + 1
+    assert [done for done, _, _ in seen[:-1]] == sorted({done for done, _, _ in seen[:-1]})
+    # the bound is a maximum, never shown as the total; the last report has the real count
+    bound = 4 * 2 + 16
+    assert {(total, message) for _, total, message in seen[:-1]} == {
+        (None, f"frames (at most {bound})")
+    }
+    frames = request.applied["codeclm"]["frames"]
+    assert seen[-1] == (frames, frames, "frames") and seen[-2][0] == frames
 
 
 def test_cancel_stops_midway(codeclm):

@@ -87,6 +87,14 @@ class Loaded(LoadedEngine):
         finally:
             EVENTS.append(("finally", mode))
 
+    def convert(self, audio, params, ctx):
+        # The input scaled by ``level``, in two chunks, with a progress report after each.
+        samples = np.asarray(audio.samples, np.float32) * float(params.get("level", 0.5))
+        half = samples.shape[-1] // 2
+        for done, part in enumerate((samples[..., :half], samples[..., half:]), 1):
+            yield AudioChunk(part, audio.sample_rate)
+            ctx.progress(done, 2)
+
     def prepare_voice(self, audio, voice_dir, params, ctx):
         (voice_dir / "embedding.npy").write_bytes(b"half")
         if params.get("mode") == "raise":

@@ -1,5 +1,5 @@
 """Declares the ``hosted`` engine (models a, b, c; CPU only; params as given) and ``declared``
-(the same engine, with its params declared)."""
+(the same engine, with its params declared, and ``convert``)."""
 
 from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl
 
@@ -27,7 +27,7 @@ def mizuoto_engines():
             id="declared",
             implementation="mizuoto_fixture_host.engine:HostEngine",
             models=[ModelEntry("a")],
-            capabilities=["synthesize", "prepare_voice", "call"],
+            capabilities=["synthesize", "convert", "prepare_voice", "call"],
             devices=["cpu"],
             params=DECLARED_PARAMS,
         ),

@@ -151,8 +151,11 @@ class LoadedCodecLM(LoadedEngine):
         for batch in _batched(codes, request.chunk_frames):
             samples = stream.push(torch.tensor(batch, dtype=torch.long, device=self.decoder.device))
             done += len(batch)
-            ctx.progress(done, limit, "frames")
+            # ``limit`` is a bound, not the count: the decoder stops at its end code, so the total
+            # is unknown until then, and the last report gives the real one.
+            ctx.progress(done, None, f"frames (at most {limit})")
             yield AudioChunk(samples.float().cpu().numpy(), rate, {"frames": done})
+        ctx.progress(done, done, "frames")
         ctx.applied["codeclm"]["frames"] = done
 
     def prepare_voice(

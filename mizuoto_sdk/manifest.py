@@ -122,8 +122,13 @@ def _string_map(value: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def _check_files(instance: ModelEntry, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is None:
-        return
+    if value is not None:
+        _check_files_value(value)
+
+
+def _check_files_value(value: object) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"ModelEntry.files: expected a string, got {value!r}")
     package, sep, _ = value.partition(":")
     is_resource = sep and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", package)
     if not (is_resource or value.startswith("/")):
@@ -244,6 +249,7 @@ ModelSource = PackageSource | FolderSource | HubSource | UrlSource
 def _source_of_files(entry: ModelEntry) -> ModelSource | None:
     if entry.files is None:
         return None
+    _check_files_value(entry.files)  # before the source is made from it: name the field given
     if entry.files.startswith("/"):
         return FolderSource(entry.files)
     return PackageSource(entry.files)

@@ -55,6 +55,9 @@ def run_command(main: Callable[[], int], name: str) -> NoReturn:
             signal.signal(signum, _raise_terminated)
     try:
         code = main()
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+    except BrokenPipeError:
+        _end(_reader_gone(), None)
     except KeyboardInterrupt as stop:
         signum = stop.signum if isinstance(stop, Terminated) else signal.SIGINT
         for ignored in (signal.SIGINT, *_STOP_SIGNALS):  # a second signal must not interrupt this
@@ -63,6 +66,15 @@ def run_command(main: Callable[[], int], name: str) -> NoReturn:
         _say(f"{name}: {said}")
         _end(128 + signum, signum)
     _end(code, None)
+
+
+def _reader_gone() -> int:
+    """The reader of standard output went away (``mizuoto settings | head -1``): say nothing
+    more on it, as a shell tool does, and fail with 1 (Python's own convention for this)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the exit's own flush must not fail again
+    return 1
 
 
 def _say(line: str) -> None:

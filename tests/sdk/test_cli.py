@@ -241,3 +241,19 @@ def test_the_longest_output_name_the_file_system_accepts_works(tmp_path):
     name = "a" * (os.pathconf(tmp_path, "PC_NAME_MAX") - 4) + ".wav"
     assert main(["synth", "sine", "hello", "-o", str(tmp_path / name)]) == 0
     assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly():
+    """`mizuoto engines --json | head -c 1`: the pipe closes before the command writes."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "mizuoto_sdk.cli", "engines", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # long before the child has imported anything
+    stderr = child.stderr.read()
+    child.stderr.close()
+    assert child.wait(timeout=120) == 1
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

@@ -256,7 +256,7 @@ def _problems(engine: _Diagnosis, torch_install: str) -> list[str]:
         return [f"{engine['status']}: {str(engine['error']).splitlines()[0]}"]
     problems = [_missing_line(need) for need in engine["missing_programs"]]
     if engine["missing_extras"]:
-        problems.append(f"lacks extras: pip install {' '.join(engine['missing_extras'])}")
+        problems.append(f"lacks extras: {_pip_install(engine['missing_extras'])}")
     return problems or [f"needs torch: {torch_install}"]  # what else it lacks: torch
 
 

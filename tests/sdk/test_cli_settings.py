@@ -204,9 +204,11 @@ def test_debug_prints_the_engine_traceback(classes, tmp_path, capsys, where):
     assert err.splitlines()[-1].startswith("mizuoto: error [engine_unavailable]")
 
 
-def test_engines_quotes_the_fix_for_a_missing_extra(classes, capsys):
+def test_engines_and_doctor_quote_the_fix_for_a_missing_extra(classes, capsys):
     assert main(["engines"]) == 0
     assert "pip install 'librosa>=0.10'" in capsys.readouterr().out
+    main(["doctor"])
+    assert "lacks extras: pip install 'librosa>=0.10'" in capsys.readouterr().out
 
 
 def test_engines_says_when_the_plugin_selection_left_nothing(monkeypatch, capsys):

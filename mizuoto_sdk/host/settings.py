@@ -97,7 +97,11 @@ ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "options": _mapping,
     "pinned": _boolean,
 }
-DEFAULTS: Mapping[str, object] = {**ComputeSettings().as_settings(), "voices.roots": ()}
+DEFAULTS: Mapping[str, object] = {
+    **ComputeSettings().as_settings(),
+    "voices.roots": (),
+    "models.cache": None,  # None: $MIZUOTO_HOME/models, else the user data folder
+}
 
 __all__ = ["ATTENTION_POLICIES", "DEFAULTS", "ENGINE_FIELDS", "OTHER_KEYS", "Settings"]
 

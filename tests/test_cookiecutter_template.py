@@ -162,6 +162,7 @@ def test_the_layout_is_a_src_layout_distribution(project):
         "LICENSE",
         ".gitignore",
         ".github/workflows/ci.yml",
+        "scripts/ci.sh",
         "tests/test_contract.py",
         "tests/test_registration.py",
         "tests/test_engine.py",
@@ -237,17 +238,31 @@ def test_convert_code_is_there_exactly_when_chosen(project):
         assert mentions == [], f"convert code rendered although not chosen: {mentions}"
 
 
-def test_the_ci_workflow_installs_cpu_torch_then_the_test_extra_then_runs_pytest(project):
+def test_the_ci_workflow_runs_the_ci_script_on_every_python(project):
     workflow = yaml.safe_load((project.folder / ".github/workflows/ci.yml").read_text())
     [job] = workflow["jobs"].values()
-    commands = [step["run"] for step in job["steps"] if "run" in step]
-    torch = next(i for i, c in enumerate(commands) if "install torch" in c and CPU_INDEX in c)
-    package = next(i for i, c in enumerate(commands) if 'install ".[test]"' in c)
-    tests = next(i for i, c in enumerate(commands) if "pytest" in c)
-    assert torch < package < tests
+    assert [step["run"] for step in job["steps"] if "run" in step] == ["bash scripts/ci.sh"]
     assert job["strategy"]["matrix"]["python-version"]
     with_python = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python")]
     assert with_python[0]["with"]["python-version"] == "${{ matrix.python-version }}"
+
+
+def test_the_ci_script_installs_cpu_torch_then_the_wheels_then_the_engine_then_tests(project):
+    script = (project.folder / "scripts/ci.sh").read_text()
+    lines = [line.strip() for line in script.splitlines() if line and not line.startswith("#")]
+
+    def first(*words: str) -> int:
+        return next(i for i, line in enumerate(lines) if all(w in line for w in words))
+
+    wheels = first("mizuoto_sdk-*.whl", "mizuoto_contract-*.whl")
+    engine = first('".[test]"')
+    order = [wheels, engine, first("pytest"), first("mizuoto-contract", project.slug)]
+    if project.uses_torch:
+        order.insert(0, first("torch --index-url", CPU_INDEX))
+    else:
+        assert "torch" not in script
+    assert order == sorted(order)
+    assert (project.folder / "scripts/ci.sh").stat().st_mode & 0o100, "not executable"
 
 
 @pytest.mark.parametrize("own_config", [False, True], ids=["root-config", "own-config"])
@@ -322,14 +337,17 @@ def test_the_rendered_projects_own_tests_pass(project, site):
 
 def test_the_defaults_render_the_documented_project(tmp_path):
     folder = render(tmp_path)
-    assert folder.name == "mizuoto-engine-hum"
+    assert folder.name == "mizuoto-engine-chime"  # not hum: the README walks through that one
     meta = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
     assert meta["authors"] == [{"name": "Your Name", "email": "you@example.com"}]
-    plugin = (folder / "src/mizuoto_engine_hum/plugin.py").read_text()
-    assert 'id="hum"' in plugin and 'capabilities=["synthesize"]' in plugin
-    assert '"mizuoto_engine_hum.engine:HumEngine"' in plugin
+    assert meta["license-files"] == ["LICENSE"]
+    plugin = (folder / "src/mizuoto_engine_chime/plugin.py").read_text()
+    assert 'id="chime"' in plugin and 'capabilities=["synthesize"]' in plugin
+    assert '"mizuoto_engine_chime.engine:ChimeEngine"' in plugin
     assert 'devices=["cpu", "cuda", "mps", "xpu"]' in plugin
-    assert "mizuoto-contract hum" in (folder / "README.md").read_text()
+    readme = (folder / "README.md").read_text()
+    assert "mizuoto-contract chime" in readme
+    assert f"pip install torch --index-url {CPU_INDEX}" in readme
     assert "Apache License" in (folder / "LICENSE").read_text()
 
 
@@ -352,19 +370,32 @@ def test_the_license_choice_writes_its_text_and_its_spdx_id(tmp_path, license, p
     assert meta["authors"] == [{"name": "Ada Example"}]  # no email given, none written
 
 
-@pytest.mark.parametrize(
-    ("answers", "message"),
-    [
-        ({"slug": "Bad Slug"}, "is not an engine id"),
-        ({"slug": "mizuoto-engine-x"}, "give the engine id alone"),
-        ({"project_slug": "my-engine"}, "expected 'mizuoto-engine-'"),
-    ],
-    ids=["not-an-id", "full-name", "wrong-prefix"],
-)
-def test_answers_the_host_could_not_use_are_refused_before_writing(
-    tmp_path, capfd, answers, message
-):
-    with pytest.raises(FailedHookException):
+REFUSALS = [
+    ({"slug": "Bad Slug"}, "slug 'Bad Slug' is not an engine id"),
+    ({"slug": "mizuoto-engine-x"}, "slug 'mizuoto-engine-x': give the engine id alone"),
+    ({"project_slug": "my-engine"}, "project_slug 'my-engine': expected 'mizuoto-engine-'"),
+]
+REFUSAL_IDS = ["not-an-id", "full-name", "wrong-prefix"]
+
+
+@pytest.mark.parametrize(("answers", "message"), REFUSALS, ids=REFUSAL_IDS)
+def test_answers_the_host_could_not_use_are_refused_before_writing(tmp_path, answers, message):
+    with pytest.raises(FailedHookException) as raised:
         render(tmp_path, **answers)
-    assert message in capfd.readouterr().err
+    assert str(raised.value).startswith(f"error: {message}")
+    assert str(raised.value).endswith("nothing was written")
+    assert not list(tmp_path.glob("mizuoto-engine-*")), "a refused project was left behind"
+
+
+@pytest.mark.parametrize(("answers", "message"), REFUSALS, ids=REFUSAL_IDS)
+def test_the_cookiecutter_command_prints_one_message_for_a_refusal(tmp_path, answers, message):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"replay_dir": str(tmp_path / "replay")}))
+    given = [f"{name}={value}" for name, value in answers.items()]
+    command = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config)]
+    done = run([*command, "-o", str(tmp_path), str(TEMPLATE), *given], cwd=tmp_path)
+    assert done.returncode == 1
+    printed = (done.stdout + done.stderr).strip().splitlines()
+    assert len(printed) == 1, printed  # no traceback, no second message
+    assert printed[0].startswith(f"error: {message}"), printed
     assert not list(tmp_path.glob("mizuoto-engine-*")), "a refused project was left behind"

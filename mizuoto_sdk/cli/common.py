@@ -4,12 +4,14 @@ options and params of the commands that call an engine."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mizuoto_sdk.params import HOST_PARAMS
 
 if TYPE_CHECKING:
+    from mizuoto_sdk.host.settings import Settings
     from mizuoto_sdk.manifest import EngineManifest
 
 USAGE_CODES = {"engine_not_found", "invalid_request", "capability_not_supported"}
@@ -97,3 +99,18 @@ def request_params(
             )
         params[name] = declared[name].check(value)
     return params
+
+
+def local_voice(settings: Settings, voice: str | None) -> str | None:
+    """``--voice PATH`` as the host receives it: an absolute path (a relative one is read from
+    the current folder), whose folder this run allows in ``voices.roots``.
+
+    ``voices.roots`` keeps requests from reading files their senders choose; at the command line
+    the sender is the operator, who names the file themselves.
+    """
+    if voice is None:
+        return None
+    path = os.path.abspath(voice)
+    roots = [os.fspath(root) for root in settings.get("voices.roots") or ()]
+    settings.set("voices.roots", [*roots, os.path.dirname(path)])
+    return path

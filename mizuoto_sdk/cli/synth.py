@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from mizuoto_sdk.cli.common import Usage, add_call_options, request_params
+from mizuoto_sdk.cli.common import Usage, add_call_options, local_voice, request_params
 from mizuoto_sdk.cli.output import add_output_option, collect, report, wav_output, wav_target
 from mizuoto_sdk.cli.progress import Progress
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
@@ -60,7 +60,8 @@ def synth(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     service = RuntimeService(settings=host_settings(args.set))
     engine = service.engine(args.engine, args.device)
-    params = request_params(engine.manifest, args.param, seed=args.seed, voice=args.voice)
+    voice = local_voice(engine.host.settings, args.voice)
+    params = request_params(engine.manifest, args.param, seed=args.seed, voice=voice)
     progress = Progress()
     try:
         with wav_output(target) as sink:

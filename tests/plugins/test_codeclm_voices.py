@@ -204,3 +204,21 @@ def test_the_engine_declares_its_input_limits(codeclm):
     with pytest.raises(EngineError) as caught:
         audio(codeclm, text="é" * 301)
     assert caught.value.detail == {"field": "text", "limit": 600, **caught.value.detail}
+
+
+def test_the_command_line_reads_a_voice_path_from_the_current_folder(tmp_path, monkeypatch, capsys):
+    """At the command line the operator names the voice: no voices.roots setting is needed."""
+    from mizuoto_sdk.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MIZUOTO_SETTINGS", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    assert main(["synth", "sine", "a voice to clone", "-o", "me.wav", "--seed", "1"]) == 0
+    assert main(["voice", "prepare", "codeclm", "me.wav", "-o", "voices/me"]) == 0
+    argv = ["synth", "codeclm", "hello", "--seed", "3", "-o", "out.wav"]
+    assert main([*argv, "--voice", "voices/me"]) == 0
+    with_voice = (tmp_path / "out.wav").read_bytes()
+    assert main(argv) == 0
+    assert (tmp_path / "out.wav").read_bytes() != with_voice  # the voice was used
+    assert main([*argv, "--voice", "voices/nobody"]) == 2
+    assert "params.voice" in capsys.readouterr().err

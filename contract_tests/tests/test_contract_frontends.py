@@ -356,3 +356,19 @@ def test_the_fresh_process_runs_the_same_without_the_fork_server(corpus, monkeyp
     assert [r.status for r in good] == ["passed"] * 3, [r.message for r in good]
     [broken] = run_contract("broken-load-global_state--seed", checks=["load.global_state"])
     assert broken.status == "failed" and "torch.rng.cpu" in broken.message
+
+
+def test_a_reader_that_stops_reading_ends_the_listing_quietly():
+    """`mizuoto-contract --list | head -1`: the pipe closes before the command writes."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "mizuoto_contract", "--list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()
+    stderr = child.stderr.read()
+    child.stderr.close()
+    assert child.wait(timeout=120) == 1
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

@@ -1,7 +1,5 @@
 """``python -m mizuoto_contract``: the ``mizuoto-contract`` command."""
 
-import sys
+from mizuoto_contract.cli import run
 
-from mizuoto_contract.cli import main
-
-sys.exit(main())
+run()

@@ -91,6 +91,14 @@ def _junit(runs: list[tuple[str, str, list[CheckResult]]], path: Path) -> None:
     ET.ElementTree(suites).write(path, encoding="unicode", xml_declaration=True)
 
 
+def run() -> None:
+    """The ``mizuoto-contract`` executable: ``main`` on ``sys.argv``, then the process ends with
+    its code; signals and a reader that stops reading end it cleanly (``mizuoto_sdk.process``)."""
+    from mizuoto_sdk.process import run_command
+
+    run_command(main, "mizuoto-contract")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)

@@ -8,7 +8,7 @@ import contextlib
 import io
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
@@ -19,7 +19,7 @@ from mizuoto_sdk.errors import EngineError
 if TYPE_CHECKING:
     import numpy as np
 
-    from mizuoto_sdk.host import EngineRequest
+    from mizuoto_sdk.host import EngineRequest, LocalModel
     from mizuoto_sdk.manifest import EngineManifest
     from mizuoto_sdk.types import AudioChunk
 
@@ -143,3 +143,41 @@ def report(
         f" s, total {timings.get('total', 0):.3f} s",
         file=out,
     )
+
+
+def write_audio(
+    args: argparse.Namespace,
+    target: Path | None,
+    run: Callable[[LocalModel, EngineRequest], Iterable[AudioChunk]],
+    source: str,
+) -> int:
+    """What ``synth`` and ``convert`` share: the host with the run's settings, the request's
+    params, the model loaded, ``run(model, request)`` collected and written to ``target`` (a file,
+    atomically, or standard output when None), then the report. ``source`` names the input in the
+    message for an engine that yields nothing."""
+    import time
+
+    from mizuoto_sdk.audio import write_wav
+    from mizuoto_sdk.cli.common import local_voice, request_params
+    from mizuoto_sdk.cli.settings import host_settings
+    from mizuoto_sdk.host import EngineRequest, RuntimeService
+
+    started = time.perf_counter()
+    engine = RuntimeService(settings=host_settings(args.set)).engine(args.engine, args.device)
+    voice = local_voice(engine.host.settings, args.voice)
+    params = request_params(engine.manifest, args.param, seed=args.seed, voice=voice)
+    progress = Progress()
+    try:
+        with wav_output(target) as sink:
+            model = engine.load(args.model, dtype=args.dtype)
+            load_seconds = time.perf_counter() - started
+            progress.restart()  # the call's own time; loading is not part of it
+            request = EngineRequest(params=params, progress=progress)
+            empty = f"engine {args.engine!r} produced no audio for {source}"
+            audio = collect(run(model, request), empty)
+            write_wav(sink, audio[0], audio[1])
+    except BaseException:
+        progress.abandon()
+        raise
+    report(args, engine.manifest, request, load_seconds, audio, progress)
+    return 0

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-from mizuoto_sdk.cli.common import Usage, add_call_options, local_voice, request_params
-from mizuoto_sdk.cli.output import add_output_option, collect, report, wav_output, wav_target
-from mizuoto_sdk.cli.progress import Progress
-from mizuoto_sdk.cli.settings import add_set_option, host_settings
+from mizuoto_sdk.cli.common import Usage, add_call_options
+from mizuoto_sdk.cli.output import add_output_option, wav_target, write_audio
+from mizuoto_sdk.cli.settings import add_set_option
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,29 +51,8 @@ def read_text(args: argparse.Namespace) -> str:
 
 
 def synth(args: argparse.Namespace) -> int:
-    from mizuoto_sdk.host import EngineRequest, RuntimeService
-
     text = read_text(args)
     target = wav_target(args.output, args.json)
-    started = time.perf_counter()
-    service = RuntimeService(settings=host_settings(args.set))
-    engine = service.engine(args.engine, args.device)
-    voice = local_voice(engine.host.settings, args.voice)
-    params = request_params(engine.manifest, args.param, seed=args.seed, voice=voice)
-    progress = Progress()
-    try:
-        with wav_output(target) as sink:
-            from mizuoto_sdk.audio import write_wav
-
-            handle = engine.load(args.model, dtype=args.dtype)
-            load_seconds = time.perf_counter() - started
-            progress.restart()  # the call's own time; loading is not part of it
-            request = EngineRequest(params=params, progress=progress)
-            empty = f"engine {args.engine!r} produced no audio for {text!r}"
-            audio = collect(handle.synthesize(text, request), empty)
-            write_wav(sink, audio[0], audio[1])
-    except BaseException:
-        progress.abandon()
-        raise
-    report(args, engine.manifest, request, load_seconds, audio, progress)
-    return 0
+    return write_audio(
+        args, target, lambda model, request: model.synthesize(text, request), repr(text)
+    )

@@ -140,6 +140,9 @@ class ModelStore:
         staging = final.with_name(f".{entry.id}.partial")
         final.parent.mkdir(parents=True, exist_ok=True)
         with _locked(final.with_name(f".{entry.id}.lock")):
+            status = self.status(engine_id, entry, verify=True)
+            if status.state == "installed":  # another pull installed it while this one waited
+                return status
             if final.exists() and not staging.exists():
                 os.replace(final, staging)  # a damaged copy: keep its good files, refetch the rest
             elif final.exists():

@@ -187,3 +187,32 @@ def test_a_manifest_without_sources_is_unchanged():
         id="plain", implementation="x.y:Z", models=[ModelEntry("a")], capabilities=["call"]
     )
     assert ModelStore(Path("/nonexistent")).require("plain", manifest.model("a")) is None
+
+
+def test_threads_pulling_one_model_at_once_fetch_it_once_and_all_see_it_installed(
+    fixture, tmp_path
+):
+    import threading
+
+    package, server, manifest, _ = fixture
+    store = ModelStore(tmp_path / "cache")
+    entry = manifest.model("url")
+    start = threading.Barrier(4)
+    states: list[str] = []
+    errors: list[BaseException] = []
+
+    def pull() -> None:
+        start.wait()
+        try:
+            states.append(store.pull("fetched", entry).state)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=pull) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == [] and states == ["installed"] * 4
+    assert sorted(path for path, _ in server.requests) == sorted(package.FILES)  # once each
+    assert _files(tmp_path / "cache" / "fetched" / "url") == package.FILES

@@ -105,6 +105,20 @@ def unsupported_reason(
     return next((r.reason for r in rules if r.dtype == name and r.applies(props)), None)
 
 
+def requested_dtype(requested: str, supported: Sequence[str]) -> str:
+    """``requested`` spelt canonically, when the engine lists it in ``supported``; anything else
+    is an InvalidRequest naming ``dtype``."""
+    try:
+        wanted = canonical_dtype(requested)
+    except (TypeError, ValueError) as error:
+        raise InvalidRequest(str(error), {"field": "dtype"}) from None
+    if wanted not in supported:
+        raise InvalidRequest(
+            f"dtype: {wanted} is not one of {', '.join(supported)}", {"field": "dtype"}
+        )
+    return wanted
+
+
 def pick_dtype(
     props: DeviceProperties,
     requested: str | None,
@@ -118,14 +132,7 @@ def pick_dtype(
     order = [canonical_dtype(d) for d in supported]
     reasons: list[str] = []
     if requested is not None:
-        try:
-            wanted = canonical_dtype(requested)
-        except (TypeError, ValueError) as error:
-            raise InvalidRequest(str(error), {"field": "dtype"}) from None
-        if wanted not in order:
-            raise InvalidRequest(
-                f"dtype: {wanted} is not one of {', '.join(order)}", {"field": "dtype"}
-            )
+        wanted = requested_dtype(requested, order)
         why = unsupported_reason(props, wanted, rules)
         if why is None:
             return DtypeChoice(wanted)

@@ -5,8 +5,6 @@ wire error code back into its exception (``error_from_code``) are host work, so 
 imported from here. Importing this package never imports torch.
 """
 
-import warnings
-
 from mizuoto_sdk.discovery import Discovery, EngineRecord, discover, get_engine
 from mizuoto_sdk.errors import error_from_code
 from mizuoto_sdk.host.local import LocalEngine
@@ -30,11 +28,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name == "LocalHandle":  # renamed: "handle" names a ModelHandle only
-        warnings.warn(
-            "mizuoto_sdk.host.LocalHandle is deprecated; use LocalModel",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return LocalModel
+    """Names renamed in this release, with their warning (see ``local.__getattr__``)."""
+    from mizuoto_sdk.host import local
+
+    if name == "LocalHandle":
+        return local.__getattr__(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -321,7 +321,7 @@ class LocalEngine:
 def __getattr__(name: str) -> object:
     if name == "LocalHandle":  # renamed: "handle" names a ModelHandle only
         warnings.warn(
-            "mizuoto_sdk.host.local.LocalHandle is deprecated; use LocalModel",
+            "LocalHandle is deprecated; use LocalModel (mizuoto_sdk.host.LocalModel)",
             DeprecationWarning,
             stacklevel=2,
         )

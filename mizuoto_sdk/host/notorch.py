@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-from mizuoto_sdk.errors import ComputeUnavailable, EngineError, InvalidRequest
-from mizuoto_sdk.manifest import canonical_dtype
+from mizuoto_sdk.errors import ComputeUnavailable, EngineError
 
 TORCH_INSTALL = "pip install 'mizuoto-sdk[torch]'"
 
@@ -54,14 +53,6 @@ def torch_missing(error: ImportError) -> ComputeUnavailable | None:
 def declared_dtype(requested: str | None, supported: Sequence[str]) -> str:
     """The dtype of a torch-free engine's load: the one asked for if the manifest lists it, else
     the manifest's first (there is no device to ask what it can do)."""
-    if requested is None:
-        return supported[0]
-    try:
-        wanted = canonical_dtype(requested)
-    except (TypeError, ValueError) as error:
-        raise InvalidRequest(str(error), {"field": "dtype"}) from None
-    if wanted not in supported:
-        raise InvalidRequest(
-            f"dtype: {wanted} is not one of {', '.join(supported)}", {"field": "dtype"}
-        )
-    return wanted
+    from mizuoto_runtime.devices.dtypes import requested_dtype
+
+    return supported[0] if requested is None else requested_dtype(requested, supported)

@@ -8,11 +8,8 @@ does); a failure is a ``ModelNotInstalled`` naming the file, what went wrong and
 from __future__ import annotations
 
 import hashlib
-import http.client
 import os
 import shutil
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,6 +50,11 @@ def download(url: str, target: Path, file: ModelFile, advance: Advance, fail: Fa
     A server that ignores the Range header sends the whole file again: it is written from the
     start. What arrived stays on the disk when the transfer stops, for the next pull to resume.
     """
+    # Imported here: every host import reads this module, only a pull downloads.
+    import http.client
+    import urllib.error
+    import urllib.request
+
     have = target.stat().st_size if target.exists() else 0
     if have > file.size:
         target.unlink()

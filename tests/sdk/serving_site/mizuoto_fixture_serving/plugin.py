@@ -1,0 +1,28 @@
+"""Declares the ``faulty`` engine without importing it: numpy only, never torch."""
+
+from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl
+
+FAULTS = ("none", "exit", "hang", "hang_cancellable", "slow", "invalid", "crash")
+
+
+@hookimpl
+def mizuoto_engines():
+    return [
+        EngineManifest(
+            id="faulty",
+            implementation="mizuoto_fixture_serving.engine:FaultyEngine",
+            models=[ModelEntry("default")],
+            capabilities=["synthesize", "convert", "prepare_voice", "call"],
+            # cuda too, so deployment plans with cuda devices validate; it never touches a GPU
+            devices=["cpu", "cuda"],
+            stochastic=True,
+            uses_torch=False,
+            params=[
+                Param("chunks", "int", 4, minimum=1, help="how many chunks a stream yields"),
+                Param("chunk_samples", "int", 1600, minimum=1, help="samples per chunk"),
+                Param("fault", "str", "none", choices=FAULTS, help="what goes wrong, on purpose"),
+                Param("at", "int", 0, minimum=0, help="the chunk the fault comes before"),
+                Param("delay", "float", 0.2, minimum=0, help="seconds before each chunk (slow)"),
+            ],
+        )
+    ]

@@ -3,7 +3,10 @@
 ``compute.*`` keys shape how every engine runs; they are the fields of ``ComputeSettings``
 (``mizuoto_sdk.compute``), which holds their defaults and checks, and every call reads them as
 ``ctx.compute``. ``engines.<id>.*`` keys belong to one engine, and
-changing one unloads that engine so the next request reloads it with the new value.
+changing one unloads that engine so the next request reloads it with the new value; among them
+the deployment keys (``replicas``, ``devices``, ``deployment``, ``execution_timeout``,
+``restart``, ``threads``) are checked here one by one and against each other and the engine's
+manifest by ``mizuoto_sdk.serving.plan`` before any worker process starts.
 ``voices.roots`` names the folders a voice may be read from; ``models.cache`` the folder
 models are pulled into.
 
@@ -23,6 +26,7 @@ from typing import Any
 from mizuoto_sdk.compute import ATTENTION_POLICIES, ComputeSettings
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.manifest import canonical_dtype, device_type
+from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS
 
 
 def _device(key: str, value: object) -> str:
@@ -96,6 +100,7 @@ ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "variant": _string,
     "options": _mapping,
     "pinned": _boolean,
+    **DEPLOYMENT_FIELDS,  # replicas, devices, deployment, execution_timeout, restart, threads
 }
 DEFAULTS: Mapping[str, object] = {
     **ComputeSettings().as_settings(),

@@ -1,0 +1,249 @@
+"""Where an engine's replicas run, decided from its settings before any process starts.
+
+An engine's deployment settings (``engines.<id>.replicas``, ``devices``, ``deployment``,
+``execution_timeout``, ``restart``, ``threads``) are checked one by one when they are set
+(``DEPLOYMENT_FIELDS``, which the host's settings merge into their engine fields) and against each
+other and the engine's manifest here, so a deployment that cannot run fails with the fix before a
+worker is spawned rather than as a dead worker later.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal, cast
+
+import attrs
+
+from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_sdk.manifest import device_type
+
+__all__ = [
+    "DEPLOYMENTS",
+    "DEPLOYMENT_DEFAULTS",
+    "DEPLOYMENT_FIELDS",
+    "RESTARTS",
+    "Deployment",
+    "Mode",
+    "Restart",
+    "plan_deployment",
+]
+
+Mode = Literal["inline", "local", "external"]
+Restart = Literal["never", "on_failure"]
+
+DEPLOYMENTS: tuple[str, ...] = ("auto", "inline", "local", "external")
+RESTARTS: tuple[str, ...] = ("never", "on_failure")
+
+_RANKS = 1  # ranks per replica; model parallelism (more than one) comes in a later release
+
+
+def _whole(key: str, value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest(
+            f"{key}: expected a whole number >= 1 ({what}), got {value!r}", {"field": key}
+        )
+    return value
+
+
+def _choice(key: str, value: object, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidRequest(
+            f"{key}: expected one of {', '.join(choices)}, got {value!r}", {"field": key}
+        )
+    return value
+
+
+def _replicas(key: str, value: object) -> int:
+    return _whole(key, value, "complete copies of the model")
+
+
+def _threads(key: str, value: object) -> int | None:
+    """None: a worker uses the launching process's thread count, so its output equals inline."""
+    return None if value is None else _whole(key, value, "torch threads per worker")
+
+
+def _devices(key: str, value: object) -> tuple[str, ...] | None:
+    """One device per rank of every replica; one string is a list of one device."""
+    if value is None:
+        return None
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not items:
+        raise InvalidRequest(
+            f'{key}: expected a non-empty list of devices such as ["cuda:0", "cuda:1"], '
+            f"got {value!r}",
+            {"field": key},
+        )
+    for item in items:
+        try:
+            device_type(item)
+        except (TypeError, ValueError) as error:
+            raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
+    return tuple(items)
+
+
+def _deployment(key: str, value: object) -> str:
+    return _choice(key, value, DEPLOYMENTS)
+
+
+def _execution_timeout(key: str, value: object) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value) if isinstance(value, int | float) else math.nan
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidRequest(
+            f"{key}: expected a finite number of seconds > 0, got {value!r}", {"field": key}
+        )
+    return seconds
+
+
+def _restart(key: str, value: object) -> str:
+    return _choice(key, value, RESTARTS)
+
+
+# Field name -> validator(full dotted key, value) -> the value stored.
+DEPLOYMENT_FIELDS: Mapping[str, Callable[[str, object], object]] = {
+    "replicas": _replicas,
+    "devices": _devices,
+    "deployment": _deployment,
+    "execution_timeout": _execution_timeout,
+    "restart": _restart,
+    "threads": _threads,
+}
+DEPLOYMENT_DEFAULTS: Mapping[str, object] = {
+    "replicas": 1,
+    "devices": None,  # None: the engine's device for every replica
+    "deployment": "auto",
+    "execution_timeout": None,  # None: a request may run as long as it needs
+    "restart": "never",
+    "threads": None,  # None: the launching process's count
+}
+
+
+def _replica_devices(
+    value: Sequence[Sequence[str]],
+) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(replica) for replica in value)
+
+
+def _same_ranks(instance: object, attribute: object, value: tuple[tuple[str, ...], ...]) -> None:
+    if not value or not value[0] or any(len(replica) != len(value[0]) for replica in value):
+        raise ValueError(
+            f"replicas: expected one or more replicas of the same number (>= 1) of devices, "
+            f"got {value!r}"
+        )
+
+
+@attrs.frozen
+class Deployment:
+    """How one engine is served: where each replica runs and how failures are handled."""
+
+    engine_id: str
+    mode: Mode
+    replicas: tuple[tuple[str, ...], ...] = attrs.field(
+        converter=_replica_devices, validator=_same_ranks
+    )
+    """Per replica, the device of each of its ranks."""
+    execution_timeout: float | None = None
+    restart: Restart = "never"
+    threads: int | None = None
+
+    @property
+    def ranks(self) -> int:
+        """Ranks (processes) per replica."""
+        return len(self.replicas[0])
+
+
+def plan_deployment(
+    engine_id: str,
+    fields: Mapping[str, object],
+    devices: Sequence[str],
+    device: str | None = None,
+) -> Deployment:
+    """The deployment of ``engine_id``, or an ``InvalidRequest`` naming the setting to fix.
+
+    ``fields``: the engine's settings by field name; a missing field or None takes its default,
+    and fields that are not deployment settings are ignored. ``devices``: the device types the
+    engine's manifest supports. ``device``: the engine's device (default ``"cpu"``), used for
+    every replica when ``engines.<id>.devices`` is unset; when it is set, it wins.
+    """
+    values = {
+        name: (
+            DEPLOYMENT_DEFAULTS[name]
+            if fields.get(name) is None
+            else check(f"engines.{engine_id}.{name}", fields[name])
+        )
+        for name, check in DEPLOYMENT_FIELDS.items()
+    }
+    replicas = cast(int, values["replicas"])
+    listed = cast("tuple[str, ...] | None", values["devices"])
+    deployment = cast(str, values["deployment"])
+    key = f"engines.{engine_id}"
+
+    if deployment == "external":
+        raise InvalidRequest(
+            f'{key}.deployment: "external" (this process as one rank under a launcher such as '
+            "torchrun) comes with model parallelism and is not available in this release; "
+            'use "inline" (in this process) or "local" (worker processes), or leave it "auto"',
+            {"field": f"{key}.deployment"},
+        )
+    if deployment == "auto":
+        alone = replicas == 1 and _RANKS == 1 and listed is None
+        deployment = "inline" if alone else "local"
+    if deployment == "inline" and (replicas > 1 or (listed is not None and len(listed) > 1)):
+        what = f"{replicas} replicas" if replicas > 1 else f"{len(listed or ())} devices"
+        raise InvalidRequest(
+            f'{key}.deployment: "inline" runs one replica on one device in this process, but '
+            f'the settings ask for {what}; set {key}.deployment = "local" (or "auto") to run '
+            "them as worker processes",
+            {"field": f"{key}.deployment"},
+        )
+
+    if listed is None:
+        chosen = "cpu" if device is None else device
+        _check_device(engine_id, chosen, devices, "device", f"set {key}.device")
+        placed = [chosen] * (replicas * _RANKS)
+    else:
+        needed = replicas * _RANKS
+        if len(listed) != needed:
+            asked = f"{_count(replicas, 'replica')} of {_count(_RANKS, 'rank')}"
+            raise InvalidRequest(
+                f"{key}.devices lists {_count(len(listed), 'device')}; {asked} "
+                f"need{'s' if needed == 1 else ''} {needed}, one per rank of every replica; "
+                f"list {needed} or set {key}.replicas = {len(listed) // _RANKS or 1}",
+                {"field": f"{key}.devices"},
+            )
+        for entry in listed:
+            _check_device(engine_id, entry, devices, f"{key}.devices", f"change {key}.devices")
+        placed = list(listed)
+
+    return Deployment(
+        engine_id=engine_id,
+        mode=cast(Mode, deployment),
+        replicas=[placed[i : i + _RANKS] for i in range(0, len(placed), _RANKS)],
+        execution_timeout=cast("float | None", values["execution_timeout"]),
+        restart=cast(Restart, values["restart"]),
+        threads=cast("int | None", values["threads"]),
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _check_device(
+    engine_id: str, device: str, supported: Sequence[str], field: str, fix: str
+) -> None:
+    try:
+        kind = device_type(device)
+    except (TypeError, ValueError) as error:
+        raise InvalidRequest(f"{field}: {error}", {"field": field}) from None
+    if kind not in supported:
+        raise InvalidRequest(
+            f"{field}: engine {engine_id!r} runs on {', '.join(supported)}, not {device!r}; "
+            f"{fix} to a device of those types",
+            {"field": field},
+        )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from mizuoto_runtime.process import open_process, run_process
 from mizuoto_sdk.compute import ComputeSettings
 from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
+from mizuoto_sdk.request import ProgressCallback
 
 if TYPE_CHECKING:
     import os
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-ProgressCallback = Callable[[float, "float | None", "str | None"], None]
 
 _SEED_LIMIT = 2**63
 _current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(

@@ -101,6 +101,18 @@ class Discovery:
         self._records: tuple[EngineRecord, ...] | None = None
         self._classes: dict[str, type[Engine]] = {}
 
+    def arguments(self) -> dict[str, Any]:
+        """What another process passes to ``Discovery(**arguments)`` to find the same
+        installed engines (a worker process does). In-process plugins cannot cross: see
+        ``in_process``."""
+        selection = None if self._selection is None else sorted(self._selection)
+        return {"path": self._path, "entry_points": self._entry_points, "selection": selection}
+
+    def in_process(self, engine_id: str) -> bool:
+        """Whether ``engine_id`` comes from a plugin object registered with ``plugins=`` (which
+        no other process can import) rather than from an installed distribution."""
+        return self.record(engine_id).distribution in self._plugins
+
     def records(self) -> tuple[EngineRecord, ...]:
         """Every engine and every failed plugin, sorted by id."""
         if self._records is None:

@@ -9,9 +9,9 @@ from mizuoto_sdk.discovery import Discovery, EngineRecord, discover, get_engine
 from mizuoto_sdk.errors import error_from_code
 from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
-from mizuoto_sdk.host.request import EngineRequest
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.settings import Settings
+from mizuoto_sdk.request import EngineRequest
 
 __all__ = [
     "Discovery",

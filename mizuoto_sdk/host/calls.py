@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.compute import ComputeSettings
     from mizuoto_sdk.engine import LoadedEngine
-    from mizuoto_sdk.host.request import EngineRequest
+    from mizuoto_sdk.request import EngineRequest
 
 T = TypeVar("T")
 WATCH_INTERVAL = 0.02

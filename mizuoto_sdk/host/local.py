@@ -184,7 +184,7 @@ class LocalEngine:
             # One LocalModel per key for as long as anyone holds it: a caller's unloaded
             # handle and a new load of the same model are the same object.
             handle = self._handles.get(key) or self._known.get(key)
-            if handle is None:
+            if handle is None or handle.closed:
                 spec = LoadSpec(
                     entry.id,
                     self.device,
@@ -257,6 +257,12 @@ class LocalEngine:
             handle.last_used = time.monotonic()
             if handle.stale and handle._active == 0:
                 self.unload(handle)
+
+    def forget(self, handle: LocalModel) -> None:
+        """A closed handle: the next ``load`` of its model makes a new one."""
+        with self._lock:
+            if self._known.get(handle.key) is handle:
+                del self._known[handle.key]
 
     def unload(self, handle: LocalModel | None = None) -> list[str]:
         """Unload one handle, or every idle one; busy handles unload when their call ends."""

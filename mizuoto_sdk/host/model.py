@@ -12,15 +12,18 @@ import shutil
 import time
 import warnings
 from collections.abc import Generator, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from mizuoto_sdk.errors import EngineError, InvalidRequest, Unsupported
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, Unsupported
 from mizuoto_sdk.host.calls import Call
 from mizuoto_sdk.host.loading import owner_name
 from mizuoto_sdk.host.paths import staged_folder
-from mizuoto_sdk.host.request import EngineRequest
 from mizuoto_sdk.manifest import EngineManifest
+from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving.routing import ReplicaStatus
+from mizuoto_sdk.serving.submit import Submitter
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
@@ -58,6 +61,8 @@ class ModelOwner(Protocol):
 
     def unload(self, handle: LocalModel | None = None) -> list[str]: ...
 
+    def forget(self, model: LocalModel) -> None: ...
+
 
 class LocalModel:
     """A model of an engine, answering the engine's capabilities through the host's calls.
@@ -66,7 +71,13 @@ class LocalModel:
     while no call runs on it (``compute.max_resident_models``, a changed setting, ``unload``),
     and the next call on the handle loads it again, with the same spec, before it begins. A
     call in progress keeps its model loaded until it ends.
+
+    It is the inline deployment of ``RuntimeService.load``: one replica, in this process, with
+    the same calls as a model served by worker processes (``submit``, ``mode``, ``replicas``,
+    ``start``, ``close``).
     """
+
+    mode = "inline"
 
     def __init__(
         self, engine: ModelOwner, spec: LoadSpec, key: tuple[object, ...], reasons: list[str]
@@ -85,6 +96,9 @@ class LocalModel:
         self.stale = False
         self._reasons = reasons
         self._active = 0
+        self.closed = False
+        # submit runs calls one at a time, in order, on one thread of the model
+        self._submitter = Submitter(self, workers=1, name=self.name)
 
     @property
     def busy(self) -> bool:
@@ -105,6 +119,57 @@ class LocalModel:
             "LocalModel.loaded is deprecated; use loaded_engine", DeprecationWarning, stacklevel=2
         )
         return self.loaded_engine
+
+    @property
+    def replicas(self) -> tuple[ReplicaStatus, ...]:
+        """The one replica: this process."""
+        state = "stopped" if self.closed or self.loaded_engine is None else "ready"
+        return (
+            ReplicaStatus(
+                0, not self.closed, self._active, (self.spec.device,), (os.getpid(),), state
+            ),
+        )
+
+    def start(self) -> LocalModel:
+        """Load the model now if it was unloaded meanwhile (it is loaded when returned by load)."""
+        if self.closed:
+            raise self._closed()
+        if self.loaded_engine is None:
+            self.engine.reload(self)
+        return self
+
+    def close(self) -> None:
+        """Cancel queued submissions and unload the model (a call in progress keeps it until it
+        ends); later calls fail with ``engine_unavailable``. Idempotent; ``load`` again for a
+        new handle."""
+        if self.closed:
+            return
+        self.closed = True
+        self._submitter.close()
+        self.engine.forget(self)
+        self.engine.unload(self)
+
+    def __enter__(self) -> LocalModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def submit(
+        self, capability: str, *arguments: object, request: EngineRequest | None = None
+    ) -> Future[object]:
+        """Run a call on the model's thread (in order, one at a time) as a standard Future; a
+        stream's future resolves to its chunks. Only a call that has not begun can be cancelled
+        through the future; a running one stops through ``request.cancel()``."""
+        return self._submitter.submit(capability, *arguments, request=request)
+
+    def _closed(self) -> EngineError:
+        return self._fail(
+            EngineUnavailable(
+                f"{self.name} was closed; load it again",
+                {"engine": self.engine.engine_id, "reason": "closed"},
+            )
+        )
 
     def begin_call(self) -> LoadedEngine:
         """Mark a call as running (the model is then never unloaded) and return the loaded
@@ -165,6 +230,8 @@ class LocalModel:
 
     def _call(self, capability: str, request: EngineRequest | None) -> Call:
         manifest = self.engine.manifest
+        if self.closed:
+            raise self._closed()
         if capability not in manifest.capabilities:
             raise self._fail(
                 Unsupported(

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 import threading
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
+from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
-from mizuoto_sdk.host.settings import Settings
+from mizuoto_sdk.host.settings import DEFAULTS, Settings
 from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.serving.handle import ReplicatedModel
+from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
+from mizuoto_sdk.serving.workers import ProcessReplica, WorkerSpec
 
 if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
@@ -21,6 +27,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _BYTE_FIELDS = ("resident_bytes", "streamed_bytes", "host_bytes")
+WORKER = "mizuoto_sdk.host.worker:serve"
+"""The function a worker process of a local deployment runs (``host/worker.py``)."""
+
+ServedModel = LocalModel | ReplicatedModel
+"""What ``RuntimeService.load`` returns: the model in this process (``mode == "inline"``) or
+served by worker processes (``mode == "local"``); both answer the same calls."""
 _COMPONENT_FIELDS = ("name", *_BYTE_FIELDS, "state")
 
 
@@ -29,17 +41,26 @@ class RuntimeService:
 
     The process's ``Runtime`` (and with it torch) is created on the first model load of an engine
     that uses torch, so a service that only lists engines, or runs only engines that declare
-    ``uses_torch=False``, never imports torch.
+    ``uses_torch=False``, never imports torch. A model deployed to worker processes
+    (``engines.<id>.replicas`` and friends) never imports torch here either.
+
+    ``worker`` names the function (``"module:function"``) a worker process runs; a tool may name
+    a wrapper of the default one. Use the service as a context manager, or ``close()`` it, to
+    stop every worker.
     """
 
     def __init__(
         self,
         settings: Settings | Mapping[str, object] | None = None,
         discovery: Discovery | None = None,
+        *,
+        worker: str = WORKER,
     ) -> None:
         self.settings = settings if isinstance(settings, Settings) else Settings(settings)
         self.discovery = discovery if discovery is not None else Discovery()
+        self.worker = worker
         self._engines: dict[tuple[str, str], LocalEngine] = {}
+        self._served: dict[tuple[object, ...], ReplicatedModel] = {}
         self._runtime: Runtime | None = None
         self.registry_lock = threading.RLock()
         self.settings.subscribe(self._setting_changed)
@@ -88,13 +109,106 @@ class RuntimeService:
         dtype: str | None = None,
         variant: str | None = None,
         options: Mapping[str, object] | None = None,
-    ) -> LocalModel:
-        """``model`` of ``engine_id``, loaded now if it is not loaded yet."""
-        return self.engine(engine_id, device).load(
-            model, dtype=dtype, variant=variant, options=options
-        )
+    ) -> ServedModel:
+        """``model`` of ``engine_id`` as its deployment settings place it.
 
-    def loaded(self, *args: Any, **kwargs: Any) -> LocalModel:
+        Inline (one replica of one rank, the default) it is loaded now, in this process. A local
+        deployment returns a handle whose worker processes start on its first request, or on
+        ``start()``. Either way the handle answers the same calls.
+        """
+        deployment = self.deployment(engine_id, device)
+        if deployment.mode == "inline":
+            return self.engine(engine_id, deployment.replicas[0][0]).load(
+                model, dtype=dtype, variant=variant, options=options
+            )
+        key = (
+            deployment,
+            model,
+            dtype,
+            variant,
+            json.dumps(options or {}, sort_keys=True, default=repr),
+        )
+        with self.registry_lock:
+            served = self._served.get(key)
+            if served is None or served.closed:
+                served = self._replicated(deployment, model, dtype, variant, options or {})
+                self._served[key] = served
+            return served
+
+    def deployment(self, engine_id: str, device: str | None = None) -> Deployment:
+        """Where ``engine_id``'s models run, from its settings, checked before any worker starts."""
+        manifest = self.discovery.manifest(engine_id)
+        fields = {name: self.settings.engine(engine_id, name) for name in DEPLOYMENT_FIELDS}
+        device = device or self.settings.engine(engine_id, "device") or "cpu"
+        return plan_deployment(engine_id, fields, manifest.devices, device)
+
+    def _replicated(
+        self,
+        deployment: Deployment,
+        model: str | None,
+        dtype: str | None,
+        variant: str | None,
+        options: Mapping[str, object],
+    ) -> ReplicatedModel:
+        engine_id = deployment.engine_id
+        manifest = self.discovery.manifest(engine_id)
+        if self.discovery.in_process(engine_id):
+            raise InvalidRequest(
+                f"engine {engine_id!r} is registered in this process (Discovery(plugins=...)), "
+                "which a worker process cannot import: install it as a distribution, or set "
+                f"engines.{engine_id}.deployment = inline",
+                {"field": f"engines.{engine_id}.deployment", "engine": engine_id},
+            )
+        entry = manifest.model(model or self.settings.engine(engine_id, "model"))
+        values = self.settings.as_dict()
+        config = {
+            "engine": engine_id,
+            "model": entry.id,
+            "dtype": dtype,
+            "variant": variant,
+            "options": dict(options),
+            "settings": {k: v for k, v in values.items() if k not in DEFAULTS or DEFAULTS[k] != v},
+            "discovery": self.discovery.arguments(),
+            "threads": deployment.threads or _threads(),
+        }
+        replicas = [
+            ProcessReplica(
+                index,
+                [WorkerSpec(self.worker, {**config, "device": d}, d) for d in devices],
+                engine_id=engine_id,
+                execution_timeout=deployment.execution_timeout,
+                restart=deployment.restart,
+            )
+            for index, devices in enumerate(deployment.replicas)
+        ]
+        placed = sorted({d for devices in deployment.replicas for d in devices})
+        return ReplicatedModel(f"{engine_id}/{entry.id}@{'+'.join(placed)}", manifest, replicas)
+
+    def served(self) -> list[ReplicatedModel]:
+        """The models served by worker processes (open ones)."""
+        with self.registry_lock:
+            return [s for s in self._served.values() if not s.closed]
+
+    def close(self) -> None:
+        """Stop every worker process and unload every idle model; idempotent.
+
+        Requests in flight on workers fail with ``engine_unavailable``; queued submissions are
+        cancelled.
+        """
+        with self.registry_lock:
+            served, self._served = list(self._served.values()), {}
+        for replicated in served:
+            replicated.close()
+        for model in self.models():
+            model.close()
+
+    def __enter__(self) -> RuntimeService:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def loaded(self, *args: Any, **kwargs: Any) -> ServedModel:
         """Deprecated: ``load``."""
         warnings.warn(
             "RuntimeService.loaded is deprecated; use load", DeprecationWarning, stacklevel=2
@@ -133,7 +247,7 @@ class RuntimeService:
         memory). An engine that declares no handles shows none and zero bytes.
         """
         rows = [] if self._runtime is None else self._runtime.manager.residency()
-        models: list[dict[str, Any]] = []
+        models: list[dict[str, Any]] = [self._describe_served(s) for s in self.served()]
         for h in self.models():
             components: list[dict[str, Any]] = [
                 {key: row[key] for key in _COMPONENT_FIELDS}
@@ -153,9 +267,29 @@ class RuntimeService:
                     **{key: sum(c[key] for c in components) for key in _BYTE_FIELDS},
                     "components": components,
                     "description": h.description,
+                    "mode": h.mode,
+                    "replicas": [r.as_dict() for r in h.replicas],
                 }
             )
         return models
+
+    def _describe_served(self, model: ReplicatedModel) -> dict[str, Any]:
+        replicas = model.replicas
+        return {
+            "name": model.name,
+            "owner": model.name,
+            "engine": model.manifest.id,
+            "model": model.name.split("/", 1)[1].rsplit("@", 1)[0],
+            "device": "+".join(sorted({d for r in replicas for d in r.devices})),
+            "dtype": model.description.get("dtype"),
+            "state": "busy" if model.busy else "idle",
+            "pinned": bool(self.settings.engine(model.manifest.id, "pinned", False)),
+            **dict.fromkeys(_BYTE_FIELDS, 0),  # the workers' memory is theirs to report
+            "components": [],
+            "description": model.description,
+            "mode": model.mode,
+            "replicas": [r.as_dict() for r in replicas],
+        }
 
     def make_room(self) -> list[str]:
         """Unload least-recently-used idle, unpinned models until one more fits the limit."""
@@ -234,5 +368,16 @@ class RuntimeService:
     def _setting_changed(self, key: str, value: object) -> None:
         parts = key.split(".")
         if parts[0] == "engines" and parts[2] != "pinned":
+            with self.registry_lock:
+                closing = [s for s in self._served.values() if s.manifest.id == parts[1]]
+            for model in closing:  # the next load starts workers with the new value
+                model.close()
             unloaded = self.unload(parts[1])
             log.info("%s changed: unloaded %s", key, ", ".join(unloaded) or "nothing")
+
+
+def _threads() -> int | None:
+    """This process's torch thread count, if torch is imported; else None (a worker then keeps
+    torch's default, which is what this process would get)."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else int(torch.get_num_threads())

@@ -88,7 +88,7 @@ class Subject:
         Raises NotLoadable (a Skip) when loading fails with an EngineError.
         """
         try:
-            return (service or self.service()).load(self.engine_id, device=self.device)
+            return (service or self.service()).engine(self.engine_id, self.device).load()
         except EngineError as error:
             culprit = "load.device" if self._class_usable() else "discovery.class_matches_manifest"
             raise NotLoadable(

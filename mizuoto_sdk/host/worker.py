@@ -1,0 +1,241 @@
+"""What a worker process runs: a host of its own that loads one model and answers frames.
+
+The parent (``mizuoto_sdk.serving.workers.ProcessReplica``) starts it with ``spawn`` and talks to
+it over one pipe. Startup is the one place a worker touches process state: it sets torch's thread
+count (by default the parent's, so that its output equals inline output bitwise) and binds its
+CUDA device. Each request runs on a thread of its own, so a worker answers concurrent requests as
+a model in the parent process would; a stream computes a chunk only once the parent asked for it.
+The worker exits when its parent dies: the pipe reads end-of-file, or its parent pid changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+from mizuoto_sdk.discovery import Discovery
+from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.frames import (
+    Frame,
+    FrameError,
+    audio_from_fields,
+    chunk_frame,
+    decode,
+    encode,
+    error_frame,
+)
+from mizuoto_sdk.host.failures import engine_failure
+from mizuoto_sdk.host.model import LocalModel
+from mizuoto_sdk.host.service import RuntimeService
+from mizuoto_sdk.request import EngineRequest
+
+STREAMS = ("synthesize", "convert", "edit")
+PARENT_CHECK = 0.5
+"""Seconds between checks that the parent process is still there."""
+
+
+def serve(connection: Connection, config: Mapping[str, Any]) -> None:
+    """Load ``config``'s model and answer requests from ``connection`` until told to stop."""
+    _exit_with_parent(int(config["parent"]))
+    send = _Sender(connection)
+    send(encode("hello", {k: config[k] for k in ("replica", "rank")} | {"pid": os.getpid()}))
+    try:
+        service, model = _load(config)
+    except BaseException as error:
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        failed = (
+            error
+            if isinstance(error, EngineError)
+            else engine_failure(error, str(config["engine"]), str(config["device"]))
+        )
+        send(encode("failed", error_frame_header(failed)))
+        return
+    send(encode("ready", {"name": model.name, "description": _json(model.description)}))
+    running: dict[int, _Served] = {}
+    while True:
+        try:
+            frame = decode(connection.recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)  # the parent is gone: nobody is owed an answer or a tidy exit
+        except FrameError:
+            continue  # the parent never sends one; drop it rather than guess
+        if frame.kind == "shutdown":
+            break
+        if frame.kind == "request":
+            served = _Served(frame, model, send, running)
+            running[served.id] = served
+            threading.Thread(
+                target=served.run, name=f"mizuoto-request-{served.id}", daemon=True
+            ).start()
+            continue
+        target = running.get(frame.header.get("id"))  # type: ignore[arg-type]  # checked by get
+        if target is not None:
+            target.handle(frame)
+    for served in list(running.values()):
+        served.request.cancel()
+    service.close()
+
+
+def error_frame_header(error: EngineError) -> dict[str, object]:
+    return {"code": error.code, "message": error.message, "detail": _json(error.detail)}
+
+
+def _load(config: Mapping[str, Any]) -> tuple[RuntimeService, LocalModel]:
+    found = config["discovery"]
+    discovery = Discovery(
+        path=found["path"],
+        entry_points=found["entry_points"],
+        selection=None if found["selection"] is None else frozenset(found["selection"]),
+    )
+    service = RuntimeService(config["settings"], discovery)
+    engine = service.engine(config["engine"], config["device"])
+    if engine.manifest.uses_torch:
+        _bind(config["device"], config.get("threads"))
+    model = engine.load(
+        config["model"], dtype=config["dtype"], variant=config["variant"], options=config["options"]
+    )
+    return service, model
+
+
+def _bind(device: str, threads: int | None) -> None:
+    """The worker's own process state, set once before the model loads."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+
+
+def _exit_with_parent(parent: int) -> None:
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="mizuoto-parent-watch", daemon=True).start()
+
+
+class _Sender:
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+
+    def __call__(self, data: bytes) -> None:
+        try:
+            with self._lock:
+                self._connection.send_bytes(data)
+        except (OSError, ValueError):
+            os._exit(0)  # the parent is gone
+
+
+class _Served:
+    """One request in the worker: the model's call, run on its own thread."""
+
+    def __init__(
+        self, frame: Frame, model: LocalModel, send: _Sender, running: dict[int, _Served]
+    ) -> None:
+        header = frame.header
+        self.id = int(header["id"])
+        self._header, self._payload = header, frame.payload
+        self._model, self._send, self._running = model, send, running
+        self._credit = threading.Semaphore(1)  # the request asks for the first chunk
+        self._closing = False
+        self.request = EngineRequest(
+            params=dict(header.get("params") or {}),
+            timeout=header.get("timeout"),
+            text_input=queue.Queue() if header.get("text_input") else None,
+            progress=self._progress,
+        )
+
+    def handle(self, frame: Frame) -> None:
+        """A frame about this request from the parent: next, cancel, close or text."""
+        if frame.kind == "next":
+            self._credit.release()
+        elif frame.kind == "cancel":
+            self.request.cancel()
+            self._credit.release()
+        elif frame.kind == "close":
+            self._closing = True
+            self._credit.release()
+        elif frame.kind == "text" and self.request.text_input is not None:
+            self.request.text_input.put(frame.header.get("text"))
+
+    def run(self) -> None:
+        self._send(encode("started", {"id": self.id}))
+        try:
+            self._answer()
+        except EngineError as error:
+            self._send(error_frame(error, id=self.id, **self._written_back()))
+        except Exception as error:  # the host maps engine errors; this is the worker's own
+            failed = EngineError(f"the worker failed: {type(error).__name__}: {error}")
+            self._send(error_frame(failed, id=self.id, **self._written_back()))
+        finally:
+            self._running.pop(self.id, None)
+
+    def _answer(self) -> None:
+        header, model, capability = self._header, self._model, self._header["capability"]
+        text = header.get("text")
+        audio = audio_from_fields(header["audio"], self._payload) if "audio" in header else None
+        inputs = {"synthesize": (text,), "convert": (audio,), "edit": (audio, text)}
+        if capability in STREAMS:
+            self._stream(getattr(model, capability)(*inputs[capability], request=self.request))
+        elif capability == "collect":
+            chunk = model.collect(header["of"], *inputs[header["of"]], request=self.request)
+            self._send(chunk_frame(chunk, id=self.id))
+            self._send(encode("end", {"id": self.id, **self._written_back()}))
+        elif capability == "prepare_voice":
+            assert audio is not None
+            value = model.prepare_voice(audio, header["voice_dir"], request=self.request)
+            self._result(value)
+        else:
+            self._result(model.call(header["op"], header.get("arguments"), request=self.request))
+
+    def _stream(self, chunks: Iterator[Any]) -> None:
+        try:
+            for index in range(1 << 62):
+                self._credit.acquire()
+                if self._closing:
+                    break
+                chunk = next(chunks, None)
+                if chunk is None:
+                    break
+                self._send(chunk_frame(chunk, id=self.id, index=index))
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        self._send(encode("end", {"id": self.id, **self._written_back()}))
+
+    def _result(self, value: object) -> None:
+        try:
+            encoded = json.loads(json.dumps(value))
+        except (TypeError, ValueError) as error:
+            raise EngineError(
+                f"the engine's result cannot leave a worker process: JSON only ({error})",
+                {"reason": "result_not_json"},
+            ) from None
+        self._send(encode("result", {"id": self.id, "value": encoded, **self._written_back()}))
+
+    def _written_back(self) -> dict[str, object]:
+        request = self.request
+        return {
+            "applied": _json(request.applied),
+            "warnings": [str(w) for w in request.warnings],
+            "timings": _json(request.timings),
+        }
+
+    def _progress(self, done: float, total: float | None, message: str | None) -> None:
+        fields = {"id": self.id, "done": done, "total": total, "message": message}
+        self._send(encode("progress", fields))
+
+
+def _json(value: Mapping[str, object]) -> dict[str, Any]:
+    return dict(json.loads(json.dumps(dict(value), default=str)))

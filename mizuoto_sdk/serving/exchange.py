@@ -1,0 +1,127 @@
+"""One request's conversation with the replica that took it: a lazy stream, or a call's value.
+
+A stream stays lazy across the process boundary: the worker computes a chunk only once it is
+asked for it. The request asks for the first chunk; handing chunk ``k`` to the caller asks for
+chunk ``k + 1``, so the worker is at most one chunk ahead of the caller (its computation overlaps
+the caller's use of the chunk before). Closing the stream early tells the worker to close the
+engine's generator; a chunk it computed ahead is dropped.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, TypeVar
+
+from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.frames import Frame, FrameError, chunk_from_frame, error_from_frame
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.request import EngineRequest
+    from mizuoto_sdk.serving.workers import Pending, ProcessReplica
+    from mizuoto_sdk.types import AudioChunk
+
+
+T = TypeVar("T")
+
+
+def stream(
+    replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
+) -> Generator[AudioChunk, None, None]:
+    """The chunks of a streaming request on ``replica`` (already reserved for it)."""
+    pending = _open(replica, header, payload, request)
+    finished = False
+    try:
+        while True:
+            frame = pending.next_frame()
+            if frame.kind == "chunk":
+                chunk = _checked(replica, chunk_from_frame, frame)
+                replica.answer_owed(pending)
+                replica.send("next", {"id": pending.id})
+                yield chunk
+            elif frame.kind in ("end", "error"):
+                finished = True
+                _write_back(request, frame)
+                if frame.kind == "error":
+                    raise _checked(replica, error_from_frame, frame)
+                return
+            else:
+                raise _unexpected(replica, frame)
+    finally:
+        if not finished:
+            replica.send("close", {"id": pending.id})
+        replica.finish(pending)
+
+
+def run(
+    replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
+) -> Frame:
+    """The ``result`` (or ``chunk``, for a collected stream) frame that answers a request."""
+    pending = _open(replica, header, payload, request)
+    try:
+        frame = pending.next_frame()
+        if frame.kind == "error":
+            _write_back(request, frame)
+            raise _checked(replica, error_from_frame, frame)
+        if frame.kind == "chunk":  # collect: the whole output, then its end
+            end = pending.next_frame()
+            if end.kind != "end":
+                raise _unexpected(replica, end)
+            _write_back(request, end)
+            return frame
+        if frame.kind != "result":
+            raise _unexpected(replica, frame)
+        _write_back(request, frame)
+        return frame
+    finally:
+        replica.finish(pending)
+
+
+def _open(
+    replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
+) -> Pending:
+    try:
+        pending = replica.open(
+            {**header, "text_input": request.text_input is not None}, payload, request
+        )
+    except BaseException:
+        replica.release()
+        raise
+    if request.text_input is not None:
+        threading.Thread(
+            target=_pump_text, args=(replica, pending, request.text_input), daemon=True
+        ).start()
+    return pending
+
+
+def _pump_text(replica: ProcessReplica, pending: Pending, source: queue.Queue[str | None]) -> None:
+    """Forward the caller's streaming text to the worker until it ends (None) or the call does."""
+    while replica.has_pending(pending):
+        try:
+            text = source.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        replica.send("text", {"id": pending.id, "text": text})
+        if text is None:
+            return
+
+
+def _write_back(request: EngineRequest, frame: Frame) -> None:
+    header = frame.header
+    request.applied.update(header.get("applied") or {})
+    request.warnings.extend(header.get("warnings") or [])
+    request.timings.update(header.get("timings") or {})
+
+
+def _checked(replica: ProcessReplica, read: Callable[[Frame], T], frame: Frame) -> T:
+    try:
+        return read(frame)
+    except (FrameError, TypeError, ValueError) as error:
+        replica.fail(f"a malformed {frame.kind} frame ({error})")
+        raise replica.failed_error(str(frame.kind)) from None
+
+
+def _unexpected(replica: ProcessReplica, frame: Frame) -> EngineError:
+    replica.fail(f"an unexpected {frame.kind} frame")
+    return replica.failed_error(frame.kind)

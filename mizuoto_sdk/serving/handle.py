@@ -1,0 +1,271 @@
+"""The handle of a model served by worker processes: it answers like a model in this process.
+
+``ReplicatedModel`` has the calls of ``mizuoto_sdk.host.LocalModel`` (lazy streams, collect,
+prepare_voice, call, submit) and routes each request whole to one healthy replica. Requests are
+checked here before any replica sees them (capability, inputs, params), so a bad request is the
+caller's error whatever the deployment, and never costs a replica.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, Unsupported
+from mizuoto_sdk.frames import Frame, audio_fields, chunk_from_frame
+from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving import exchange
+from mizuoto_sdk.serving.routing import ReplicaStatus, Router
+from mizuoto_sdk.serving.submit import Submitter
+from mizuoto_sdk.types import AudioChunk
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.manifest import EngineManifest
+    from mizuoto_sdk.serving.workers import ProcessReplica
+
+_INPUTS = {"synthesize": ("text",), "convert": ("audio",), "edit": ("audio", "text")}
+
+
+class ReplicatedModel:
+    """A model whose replicas run in worker processes (``mode == "local"``).
+
+    Startup is lazy: the first request starts every replica, unless ``start()`` did. A stream
+    stays on the replica that took it. ``close()`` is idempotent: queued submissions are
+    cancelled, in-flight requests fail with ``engine_unavailable`` and no worker is left.
+    """
+
+    mode = "local"
+
+    def __init__(
+        self, name: str, manifest: EngineManifest, replicas: Sequence[ProcessReplica]
+    ) -> None:
+        self.name = name
+        self.manifest = manifest
+        self._replicas = tuple(replicas)
+        self._router = Router(self._replicas, manifest.id)
+        self._submitter = Submitter(self, workers=4 * len(self._replicas), name=name)
+        self._start_lock = threading.Lock()
+        self._started = False
+        self.closed = False
+
+    @property
+    def replicas(self) -> tuple[ReplicaStatus, ...]:
+        return tuple(replica.status() for replica in self._replicas)
+
+    @property
+    def busy(self) -> bool:
+        return any(replica.in_flight for replica in self._replicas)
+
+    @property
+    def description(self) -> dict[str, object]:
+        """What the first ready replica's worker said of its model when it started."""
+        for replica in self._replicas:
+            if replica.metadata:
+                return dict(replica.metadata.get("description") or {})
+        return {}
+
+    def start(self) -> ReplicatedModel:
+        """Start every replica now (they start on the first request otherwise); a replica that
+        fails to start fails the whole deployment, which then leaves no process behind."""
+        with self._start_lock:
+            if self.closed:
+                raise self._closed()
+            if self._started:
+                return self
+            errors: list[BaseException] = []
+            threads = [
+                threading.Thread(target=_start, args=(replica, errors), daemon=True)
+                for replica in self._replicas
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                self.close()
+                raise errors[0]
+            self._started = True
+            return self
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._submitter.close()
+        for replica in self._replicas:
+            replica.close()
+
+    def __enter__(self) -> ReplicatedModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the calls ---------------------------------------------------------------------------
+
+    def synthesize(
+        self, text: str, request: EngineRequest | None = None
+    ) -> Generator[AudioChunk, None, None]:
+        """A lazy stream of float32 mono chunks; close it to stop the engine early."""
+        self._supports("synthesize")
+        return self._stream({"capability": "synthesize", "text": self._text(text)}, b"", request)
+
+    def convert(
+        self, audio: AudioChunk, request: EngineRequest | None = None
+    ) -> Generator[AudioChunk, None, None]:
+        self._supports("convert")
+        fields, payload = self._audio(audio)
+        return self._stream({"capability": "convert", "audio": fields}, payload, request)
+
+    def edit(
+        self, audio: AudioChunk, text: str, request: EngineRequest | None = None
+    ) -> Generator[AudioChunk, None, None]:
+        self._supports("edit")
+        fields, payload = self._audio(audio)
+        header: dict[str, object] = {
+            "capability": "edit",
+            "audio": fields,
+            "text": self._text(text),
+        }
+        return self._stream(header, payload, request)
+
+    def collect(
+        self, capability: str, *arguments: object, request: EngineRequest | None = None
+    ) -> AudioChunk:
+        """The whole output of a streaming capability as one float32 mono chunk."""
+        names = _INPUTS.get(capability)
+        if names is None:
+            raise self._invalid(
+                "capability", f"expected one of {', '.join(_INPUTS)}, got {capability!r}"
+            )
+        if len(arguments) != len(names):
+            raise self._invalid(
+                names[0], f"{capability} takes {', '.join(names)}; got {len(arguments)} argument(s)"
+            )
+        self._supports(capability)
+        header: dict[str, object] = {"capability": "collect", "of": capability}
+        payload = b""
+        for name, value in zip(names, arguments, strict=True):
+            if name == "text":
+                header["text"] = self._text(value)
+            else:
+                header["audio"], payload = self._audio(value)
+        return chunk_from_frame(self._run(header, payload, request))
+
+    def prepare_voice(
+        self, audio: AudioChunk, voice_dir: str | Path, request: EngineRequest | None = None
+    ) -> dict[str, object]:
+        """Let the engine write a voice into ``voice_dir`` (a folder this machine's workers
+        share with the caller), which appears only if it succeeds."""
+        self._supports("prepare_voice")
+        fields, payload = self._audio(audio)
+        if not isinstance(voice_dir, str | os.PathLike):
+            raise self._invalid("voice_dir", f"expected a folder path, got {voice_dir!r}")
+        header: dict[str, object] = {
+            "capability": "prepare_voice",
+            "audio": fields,
+            "voice_dir": os.path.abspath(os.fspath(voice_dir)),
+        }
+        value = self._run(header, payload, request).header.get("value")
+        return dict(value) if isinstance(value, dict) else {}
+
+    def call(
+        self,
+        op: str,
+        payload: Mapping[str, object] | None = None,
+        request: EngineRequest | None = None,
+    ) -> object:
+        """The engine's ``call``; payload and result cross the process boundary as JSON."""
+        self._supports("call")
+        if not isinstance(op, str) or not op:
+            raise self._invalid("op", f"expected an operation name, got {op!r}")
+        try:
+            arguments = json.loads(json.dumps(dict(payload or {})))
+        except (TypeError, ValueError) as error:
+            raise self._invalid(
+                "payload", f"a worker process takes JSON values only: {error}"
+            ) from None
+        header: dict[str, object] = {"capability": "call", "op": op, "arguments": arguments}
+        return self._run(header, b"", request).header.get("value")
+
+    def submit(
+        self, capability: str, *arguments: object, request: EngineRequest | None = None
+    ) -> Future[object]:
+        """Run a call on a thread of the handle; a stream's future resolves to its chunks."""
+        return self._submitter.submit(capability, *arguments, request=request)
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def _stream(
+        self, header: dict[str, object], payload: bytes, request: EngineRequest | None
+    ) -> Generator[AudioChunk, None, None]:
+        request = self._request(request, header)
+        # A generator: routing happens at the first next(), like the engine's own first step.
+        replica = self._route()
+        yield from exchange.stream(replica, header, payload, request)
+
+    def _run(
+        self, header: dict[str, object], payload: bytes, request: EngineRequest | None
+    ) -> Frame:
+        request = self._request(request, header)
+        return exchange.run(self._route(), header, payload, request)
+
+    def _route(self) -> ProcessReplica:
+        if self.closed:
+            raise self._closed()
+        self.start()
+        return self._replicas[self._router.pick()]
+
+    def _request(self, request: EngineRequest | None, header: dict[str, object]) -> EngineRequest:
+        request = request if request is not None else EngineRequest()
+        try:  # before any replica sees it: a bad param is the caller's mistake
+            self.manifest.check_params(request.params)
+        except EngineError as error:
+            error.detail.setdefault("engine", self.manifest.id)
+            raise
+        header["params"] = request.params
+        header["timeout"] = request.timeout
+        return request
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _supports(self, capability: str) -> None:
+        if capability not in self.manifest.capabilities:
+            raise Unsupported(
+                f"engine {self.manifest.id!r} does not support {capability}; it supports "
+                f"{', '.join(self.manifest.capabilities)}",
+                {"capability": capability, "engine": self.manifest.id},
+            )
+
+    def _invalid(self, field: str, message: str) -> InvalidRequest:
+        return InvalidRequest(f"{field}: {message}", {"field": field, "engine": self.manifest.id})
+
+    def _text(self, text: object) -> str:
+        if not isinstance(text, str):
+            raise self._invalid("text", f"expected a string, got {type(text).__name__}")
+        if not text.strip():
+            raise self._invalid("text", "is empty")
+        return text
+
+    def _audio(self, audio: object) -> tuple[dict[str, object], bytes]:
+        if not isinstance(audio, AudioChunk):
+            raise self._invalid("audio", f"expected an AudioChunk, got {type(audio).__name__}")
+        return audio_fields(audio)
+
+    def _closed(self) -> EngineUnavailable:
+        return EngineUnavailable(
+            f"{self.name} was closed; load it again",
+            {"engine": self.manifest.id, "reason": "closed"},
+        )
+
+
+def _start(replica: ProcessReplica, errors: list[BaseException]) -> None:
+    try:
+        replica.start()
+    except BaseException as error:
+        errors.append(error)

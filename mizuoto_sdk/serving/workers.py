@@ -1,0 +1,435 @@
+"""One replica run by worker processes: start them, watch them, and fail alone when one dies.
+
+Each replica has its own supervisor (this class), so a crash, a malformed frame or an execution
+timeout in one replica fails that replica's requests and no other's. Workers are started with
+``spawn``, inherit this process's device visibility and bind their own device. They notice their
+parent's death through their pipe (it reads end-of-file) and a parent-pid check, so a killed host
+leaves no worker behind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, WorkerFailed
+from mizuoto_sdk.frames import Frame, FrameError, decode, encode, error_from_frame
+from mizuoto_sdk.serving.routing import ReplicaStatus
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from mizuoto_sdk.request import EngineRequest
+
+log = logging.getLogger(__name__)
+
+WATCH_INTERVAL = 0.02
+"""How often the supervisor looks at cancel events and execution deadlines (seconds)."""
+RESTART_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+"""Seconds before each restart attempt of a failed replica; the last repeats."""
+
+
+@attrs.frozen
+class WorkerSpec:
+    """What one worker process runs: ``target`` (``"module:function"``) is called in the child as
+    ``function(connection, config)``. A string, so that it crosses the spawn boundary and a tool
+    may name a wrapper of the host's own worker."""
+
+    target: str
+    config: Mapping[str, Any]
+    device: str
+
+
+def run_worker(target: str, connection: Connection, config: Mapping[str, Any]) -> None:
+    """The spawned process's entry: import ``target`` and hand it the pipe."""
+    module, _, name = target.partition(":")
+    getattr(importlib.import_module(module), name)(connection, config)
+
+
+class Pending:
+    """One request on its replica: the frames that answer it, or the failure that ended it."""
+
+    def __init__(self, request_id: int, request: EngineRequest, capability: str) -> None:
+        self.id = request_id
+        self.request = request
+        self.capability = capability
+        self.frames: queue.SimpleQueue[Frame | EngineError] = queue.SimpleQueue()
+        self.busy_since: float | None = None  # when the worker began the answer it owes
+        self.cancel_sent = False
+
+    def next_frame(self) -> Frame:
+        """The next answer, calling the request's progress callback on the way; raises the
+        failure that ended the request (its replica failed or closed)."""
+        while True:
+            item = self.frames.get()
+            if isinstance(item, EngineError):
+                self.frames.put(item)  # every later read sees the same end
+                raise item
+            if item.kind == "progress":
+                if self.request.progress is not None:
+                    header = item.header
+                    self.request.progress(
+                        header["done"], header.get("total"), header.get("message")
+                    )
+                continue
+            return item
+
+
+class _Worker:
+    def __init__(self, process: BaseProcess, connection: Connection, rank: int) -> None:
+        self.process, self.connection, self.rank = process, connection, rank
+
+
+class ProcessReplica:
+    """A replica whose ranks are worker processes (one rank each); requests go to rank 0."""
+
+    def __init__(
+        self,
+        replica_id: int,
+        specs: Sequence[WorkerSpec],
+        *,
+        engine_id: str,
+        execution_timeout: float | None = None,
+        restart: Literal["never", "on_failure"] = "never",
+        startup_timeout: float = 600.0,
+        shutdown_timeout: float = 5.0,
+    ) -> None:
+        self.id = replica_id
+        self.devices = tuple(spec.device for spec in specs)
+        self._specs = tuple(specs)
+        self._engine_id = engine_id
+        self._execution_timeout = execution_timeout
+        self._restart = restart
+        self._startup_timeout = startup_timeout
+        self._shutdown_timeout = shutdown_timeout
+        self.state = "stopped"
+        self.failure: str | None = None
+        self.metadata: dict[str, Any] = {}
+        self._workers: list[_Worker] = []
+        self._pending: dict[int, Pending] = {}
+        self._reserved = 0
+        self._ids = 0
+        self._lock = threading.RLock()  # state, pending, workers
+        self._send_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    # -- what routing and the handle read ---------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        return self.state in ("stopped", "starting", "ready") and not self._closed.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._reserved
+
+    def reserve(self) -> None:
+        with self._lock:
+            self._reserved += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._reserved -= 1
+
+    def status(self) -> ReplicaStatus:
+        with self._lock:
+            pids = tuple(w.process.pid or 0 for w in self._workers)
+            return ReplicaStatus(
+                self.id, self.healthy, self._reserved, self.devices, pids, self.state, self.failure
+            )
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the workers and wait until each has said hello and ready; a failure leaves no
+        process behind and raises ``WorkerFailed`` with the worker's reason."""
+        with self._start_lock:
+            if self._closed.is_set():
+                raise self._closed_error()
+            if self.state == "ready":
+                return
+            if self.state in ("failed", "restarting"):
+                raise self.failed_error("start")
+            self.state = "starting"
+            try:
+                self._spawn()
+            except EngineError as error:
+                self.state, self.failure = "failed", error.message
+                raise
+            self.state, self.failure = "ready", None
+
+    def _spawn(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        workers: list[_Worker] = []
+        try:
+            for rank, spec in enumerate(self._specs):
+                parent_end, child_end = context.Pipe(duplex=True)
+                config = {**spec.config, "replica": self.id, "rank": rank, "parent": os.getpid()}
+                process = context.Process(
+                    target=run_worker,
+                    args=(spec.target, child_end, config),
+                    name=f"mizuoto-{self._engine_id}-r{self.id}.{rank}",
+                    daemon=True,
+                )
+                process.start()
+                child_end.close()
+                workers.append(_Worker(process, parent_end, rank))
+            deadline = time.monotonic() + self._startup_timeout
+            for worker in workers:
+                hello = self._handshake(worker, "hello", deadline)
+                expected = {"replica": self.id, "rank": worker.rank, "pid": worker.process.pid}
+                seen = {key: hello.header.get(key) for key in expected}
+                if seen != expected:
+                    raise self._startup_error(f"said hello as {seen}, expected {expected}")
+            for worker in workers:
+                ready = self._handshake(worker, "ready", deadline)
+                if worker.rank == 0:
+                    self.metadata = dict(ready.header)
+        except BaseException:
+            _stop(workers, 0.0)
+            raise
+        with self._lock:
+            self._workers = workers
+        self._monitor = threading.Thread(
+            target=self._watch, args=(workers,), name=f"mizuoto-replica-{self.id}", daemon=True
+        )
+        self._monitor.start()
+
+    def _handshake(self, worker: _Worker, kind: str, deadline: float) -> Frame:
+        remaining = deadline - time.monotonic()
+        ready = wait([worker.connection, worker.process.sentinel], timeout=max(remaining, 0))
+        if worker.connection in ready:
+            try:
+                frame = decode(worker.connection.recv_bytes())
+            except (EOFError, OSError, FrameError) as error:
+                raise self._startup_error(
+                    f"sent no {kind}: {error or type(error).__name__}"
+                ) from None
+            if frame.kind == kind:
+                return frame
+            if frame.kind == "failed":
+                cause = error_from_frame(frame)
+                raise WorkerFailed(
+                    f"{self._engine_id}: replica {self.id} failed to start: {cause.message}",
+                    {**cause.detail, "replica": self.id, "during": "startup", "code": cause.code},
+                )
+            raise self._startup_error(f"sent {frame.kind} where {kind} was expected")
+        if worker.process.sentinel in ready:
+            worker.process.join(0.1)
+            raise self._startup_error(f"exited with code {worker.process.exitcode} before {kind}")
+        raise self._startup_error(f"sent no {kind} within {self._startup_timeout:g} s")
+
+    def _startup_error(self, why: str) -> WorkerFailed:
+        return WorkerFailed(
+            f"{self._engine_id}: replica {self.id}'s worker {why}",
+            {"engine": self._engine_id, "replica": self.id, "during": "startup", "reason": why},
+        )
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def open(self, header: Mapping[str, object], payload: bytes, request: EngineRequest) -> Pending:
+        """Send a request to rank 0 and return its channel (the replica starts first if needed)."""
+        self.start()
+        with self._lock:
+            if self.state != "ready":
+                raise self.failed_error(str(header.get("capability")))
+            self._ids += 1
+            pending = Pending(self._ids, request, str(header.get("capability")))
+            self._pending[pending.id] = pending
+        self.send("request", {**header, "id": pending.id}, payload)
+        return pending
+
+    def send(self, kind: str, header: Mapping[str, object], payload: bytes = b"") -> None:
+        """Send a frame to rank 0; a broken pipe fails the replica (its monitor says why)."""
+        data = encode(kind, header, payload)
+        try:
+            with self._send_lock:
+                self._workers[0].connection.send_bytes(data)
+        except (OSError, ValueError, IndexError):
+            self.fail(f"its pipe closed (sending {kind})")
+
+    def answer_owed(self, pending: Pending) -> None:
+        """The worker owes ``pending`` an answer from now on (execution_timeout counts)."""
+        pending.busy_since = time.monotonic()
+
+    def has_pending(self, pending: Pending) -> bool:
+        """Whether ``pending`` is still open (neither answered in full nor failed)."""
+        with self._lock:
+            return pending.id in self._pending
+
+    def finish(self, pending: Pending) -> None:
+        with self._lock:
+            self._pending.pop(pending.id, None)
+            self._reserved -= 1
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def _watch(self, workers: list[_Worker]) -> None:
+        connections = {w.connection: w for w in workers}
+        sentinels = {w.process.sentinel: w for w in workers}
+        while not self._closed.is_set() and self._workers is workers:
+            try:
+                ready = wait([*connections, *sentinels], timeout=WATCH_INTERVAL)
+            except OSError:
+                break
+            for item in ready:
+                if item in connections:
+                    self._receive(connections[item])
+            for item in ready:
+                if item in sentinels and self._workers is workers:
+                    worker = sentinels[item]
+                    worker.process.join(0.1)
+                    self.fail(f"worker {worker.rank} exited with code {worker.process.exitcode}")
+            self._tick()
+
+    def _receive(self, worker: _Worker) -> None:
+        try:
+            frame = decode(worker.connection.recv_bytes())
+            request_id = frame.header.get("id")
+        except (EOFError, OSError):
+            return  # the process is gone or going: its sentinel says how
+        except FrameError as error:
+            self.fail(f"worker {worker.rank} sent a malformed frame ({error})")
+            return
+        with self._lock:
+            pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+        if pending is None:
+            return  # an answer to a request its caller gave up on
+        if frame.kind == "started":
+            pending.busy_since = time.monotonic()
+            return
+        if frame.kind != "progress":
+            pending.busy_since = None
+        pending.frames.put(frame)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            pending = list(self._pending.values())
+        for item in pending:
+            if item.request.cancel_event.is_set() and not item.cancel_sent:
+                item.cancel_sent = True
+                self.send("cancel", {"id": item.id})
+            limit = self._execution_timeout
+            if limit is not None and item.busy_since is not None and now - item.busy_since > limit:
+                self.fail(f"a {item.capability} request ran past execution_timeout ({limit:g} s)")
+                return
+
+    # -- failing and closing -----------------------------------------------------------------
+
+    def fail(self, reason: str) -> None:
+        """Mark the replica failed: stop its workers, fail its in-flight requests (``detail``:
+        the replica, ``during`` the capability each was running, and the reason), and (with
+        ``restart = on_failure``) start it again in the background."""
+        with self._lock:
+            if self.state != "ready":
+                return
+            self.state, self.failure = "failed", reason
+            workers, self._workers = self._workers, []
+            pending, self._pending = list(self._pending.values()), {}
+        log.warning("%s replica %d failed: %s", self._engine_id, self.id, reason)
+        for item in pending:
+            item.frames.put(
+                WorkerFailed(
+                    f"{self._engine_id}: replica {self.id} failed: {reason}",
+                    {
+                        "engine": self._engine_id,
+                        "replica": self.id,
+                        "during": item.capability,
+                        "reason": reason,
+                    },
+                )
+            )
+        _stop(workers, 0.0)
+        if self._restart == "on_failure" and not self._closed.is_set():
+            self.state = "restarting"
+            threading.Thread(
+                target=self._heal, name=f"mizuoto-restart-{self.id}", daemon=True
+            ).start()
+
+    def _heal(self) -> None:
+        for attempt in range(1_000_000):
+            delay = RESTART_DELAYS[min(attempt, len(RESTART_DELAYS) - 1)]
+            if self._closed.wait(delay):
+                return
+            with self._start_lock:
+                if self._closed.is_set():
+                    return
+                try:
+                    self._spawn()
+                except EngineError as error:
+                    log.warning(
+                        "%s replica %d: restart failed: %s", self._engine_id, self.id, error
+                    )
+                    continue
+                with self._lock:
+                    self.state, self.failure = "ready", None
+                log.info("%s replica %d restarted", self._engine_id, self.id)
+                return
+
+    def close(self) -> None:
+        """Stop the workers (ask, wait, terminate, kill); in-flight requests fail with
+        ``engine_unavailable``. Idempotent."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            workers, self._workers = self._workers, []
+            pending, self._pending = list(self._pending.values()), {}
+            self.state = "stopped"
+        for item in pending:
+            item.frames.put(self._closed_error())
+        for worker in workers:
+            try:
+                with self._send_lock:
+                    worker.connection.send_bytes(encode("shutdown", {}))
+            except (OSError, ValueError):
+                pass
+        _stop(workers, self._shutdown_timeout)
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join()
+
+    def _closed_error(self) -> EngineUnavailable:
+        return EngineUnavailable(
+            f"{self._engine_id}: the model was closed",
+            {"engine": self._engine_id, "reason": "closed"},
+        )
+
+    def failed_error(self, during: str) -> WorkerFailed:
+        return WorkerFailed(
+            f"{self._engine_id}: replica {self.id} failed: {self.failure}",
+            {
+                "engine": self._engine_id,
+                "replica": self.id,
+                "during": during,
+                "reason": self.failure,
+            },
+        )
+
+
+def _stop(workers: Sequence[_Worker], grace: float) -> None:
+    """Ask nothing more of ``workers``: wait ``grace`` seconds, then terminate, then kill."""
+    for worker in workers:
+        worker.process.join(grace)
+    for step in ("terminate", "kill"):
+        alive = [w for w in workers if w.process.is_alive()]
+        for worker in alive:
+            getattr(worker.process, step)()
+        for worker in alive:
+            worker.process.join(2.0)
+    for worker in workers:
+        worker.connection.close()
+        if worker.process.exitcode is not None:
+            worker.process.close()

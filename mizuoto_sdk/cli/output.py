@@ -19,7 +19,8 @@ from mizuoto_sdk.errors import EngineError
 if TYPE_CHECKING:
     import numpy as np
 
-    from mizuoto_sdk.host import EngineRequest, LocalModel
+    from mizuoto_sdk.host import EngineRequest
+    from mizuoto_sdk.host.service import ServedModel
     from mizuoto_sdk.manifest import EngineManifest
     from mizuoto_sdk.types import AudioChunk
 
@@ -148,13 +149,15 @@ def report(
 def write_audio(
     args: argparse.Namespace,
     target: Path | None,
-    run: Callable[[LocalModel, EngineRequest], Iterable[AudioChunk]],
+    run: Callable[[ServedModel, EngineRequest], Iterable[AudioChunk]],
     source: str,
 ) -> int:
     """What ``synth`` and ``convert`` share: the host with the run's settings, the request's
-    params, the model loaded, ``run(model, request)`` collected and written to ``target`` (a file,
-    atomically, or standard output when None), then the report. ``source`` names the input in the
-    message for an engine that yields nothing."""
+    params, the model loaded as its deployment settings place it (in this process, or worker
+    processes for ``engines.<id>.replicas`` and friends), ``run(model, request)`` collected and
+    written to ``target`` (a file, atomically, or standard output when None), then the report.
+    ``source`` names the input in the message for an engine that yields nothing. The host is
+    closed before the command returns, so no worker outlives it."""
     import time
 
     from mizuoto_sdk.audio import write_wav
@@ -163,21 +166,23 @@ def write_audio(
     from mizuoto_sdk.host import EngineRequest, RuntimeService
 
     started = time.perf_counter()
-    engine = RuntimeService(settings=host_settings(args.set)).engine(args.engine, args.device)
-    voice = local_voice(engine.host.settings, args.voice)
-    params = request_params(engine.manifest, args.param, seed=args.seed, voice=voice)
-    progress = Progress()
-    try:
-        with wav_output(target) as sink:
-            model = engine.load(args.model, dtype=args.dtype)
-            load_seconds = time.perf_counter() - started
-            progress.restart()  # the call's own time; loading is not part of it
-            request = EngineRequest(params=params, progress=progress)
-            empty = f"engine {args.engine!r} produced no audio for {source}"
-            audio = collect(run(model, request), empty)
-            write_wav(sink, audio[0], audio[1])
-    except BaseException:
-        progress.abandon()
-        raise
-    report(args, engine.manifest, request, load_seconds, audio, progress)
+    with RuntimeService(settings=host_settings(args.set)) as service:
+        manifest = service.discovery.manifest(args.engine)
+        voice = local_voice(service.settings, args.voice)
+        params = request_params(manifest, args.param, seed=args.seed, voice=voice)
+        progress = Progress()
+        try:
+            with wav_output(target) as sink:
+                model = service.load(args.engine, args.model, device=args.device, dtype=args.dtype)
+                model.start()  # worker processes start now: their startup is part of the load
+                load_seconds = time.perf_counter() - started
+                progress.restart()  # the call's own time; loading is not part of it
+                request = EngineRequest(params=params, progress=progress)
+                empty = f"engine {args.engine!r} produced no audio for {source}"
+                audio = collect(run(model, request), empty)
+                write_wav(sink, audio[0], audio[1])
+        except BaseException:
+            progress.abandon()
+            raise
+    report(args, manifest, request, load_seconds, audio, progress)
     return 0

@@ -1,17 +1,23 @@
-"""``mizuoto runtime``: the models loaded in this process and where their weights are."""
+"""``mizuoto runtime``: the models this process serves: where their weights are, or (served by
+worker processes) each replica and its workers."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.cli.common import Usage, mib
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
 
+if TYPE_CHECKING:
+    from mizuoto_sdk.host import RuntimeService
+
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runtime_ = commands.add_parser(
-        "runtime", help="models loaded in this process, and where their weights are"
+        "runtime",
+        help="models loaded in this process, where their weights are, and their replicas",
     )
     runtime_.add_argument(
         "--json", action="store_true", help="print the models as JSON; default: lines"
@@ -44,17 +50,21 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def runtime(args: argparse.Namespace) -> int:
     from mizuoto_sdk.host import RuntimeService
 
-    if args.service is None:
-        service = RuntimeService(settings=host_settings(args.set))
-    else:  # an embedding process's host: --set changes its settings
+    if args.service is not None:  # an embedding process's host: --set changes its settings
         from mizuoto_sdk.host.sources import parse_override
 
-        service = args.service
         for override in args.set:
-            service.settings.set(*parse_override(override))
+            args.service.settings.set(*parse_override(override))
+        return _run(args, args.service)
+    with RuntimeService(settings=host_settings(args.set)) as service:  # no worker outlives it
+        return _run(args, service)
+
+
+def _run(args: argparse.Namespace, service: RuntimeService) -> int:
     for target in args.load:
         engine_id, _, model = target.partition(":")
-        service.load(engine_id, model or None, device=args.device)
+        # started now, so that a model served by worker processes shows their pids
+        service.load(engine_id, model or None, device=args.device).start()
     if args.unload is not None:
         known = {m["name"] for m in service.describe_models()} | {
             e.engine_id for e in service.engines()
@@ -71,14 +81,35 @@ def runtime(args: argparse.Namespace) -> int:
     if not models:
         print("no models loaded in this process")
     for model in models:
-        print(
-            f"{model['name']} ({model['dtype']}): {model['state']}, "
-            f"{mib(model['resident_bytes'])} resident, {mib(model['streamed_bytes'])} streamed, "
-            f"{mib(model['host_bytes'])} in host memory"
-        )
+        if model["mode"] == "inline":
+            print(
+                f"{model['name']} ({model['dtype']}): {model['state']}, "
+                f"{mib(model['resident_bytes'])} resident, {mib(model['streamed_bytes'])} "
+                f"streamed, {mib(model['host_bytes'])} in host memory, inline"
+            )
+        else:  # the workers hold the weights: their memory is theirs to report
+            count = len(model["replicas"])
+            dtype = f" ({model['dtype']})" if model["dtype"] else ""  # None until a worker says
+            print(
+                f"{model['name']}{dtype}: {model['state']}, {model['mode']}, "
+                f"{count} replica{'' if count == 1 else 's'}"
+            )
+            for replica in model["replicas"]:
+                print(f"  {_replica_line(replica)}")
         for part in model["components"]:
             print(
                 f"  {part['name']}: {part['state']}, {mib(part['resident_bytes'])} resident, "
                 f"{mib(part['streamed_bytes'])} streamed, {mib(part['host_bytes'])} host"
             )
     return 0
+
+
+def _replica_line(replica: dict[str, Any]) -> str:
+    """``replica 0: ready, healthy, 0 in flight, on cpu, pids 4242`` (and why it failed)."""
+    pids = ", ".join(str(pid) for pid in replica["pids"]) or "none"
+    line = (
+        f"replica {replica['id']}: {replica['state']}, "
+        f"{'healthy' if replica['healthy'] else 'unhealthy'}, {replica['in_flight']} in flight, "
+        f"on {', '.join(replica['devices'])}, pid{'s' if len(replica['pids']) > 1 else ''} {pids}"
+    )
+    return line if replica["failure"] is None else f"{line}, failed: {replica['failure']}"

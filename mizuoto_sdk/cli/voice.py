@@ -46,18 +46,20 @@ def prepare_voice(args: argparse.Namespace) -> int:
 
     recording = read_wav(args.audio)
     started = time.perf_counter()
-    engine = RuntimeService(settings=host_settings(args.set)).engine(args.engine, args.device)
-    params = request_params(engine.manifest, args.param, seed=args.seed)
-    progress = Progress()
-    try:
-        handle = engine.load(args.model, dtype=args.dtype)
-        load_seconds = time.perf_counter() - started
-        progress.restart()
-        request = EngineRequest(params=params, progress=progress)
-        result = handle.prepare_voice(recording, args.output, request)
-    except BaseException:
-        progress.abandon()
-        raise
+    with RuntimeService(settings=host_settings(args.set)) as service:  # no worker outlives it
+        manifest = service.discovery.manifest(args.engine)
+        params = request_params(manifest, args.param, seed=args.seed)
+        progress = Progress()
+        try:
+            handle = service.load(args.engine, args.model, device=args.device, dtype=args.dtype)
+            handle.start()  # worker processes start now: their startup is part of the load
+            load_seconds = time.perf_counter() - started
+            progress.restart()
+            request = EngineRequest(params=params, progress=progress)
+            result = handle.prepare_voice(recording, args.output, request)
+        except BaseException:
+            progress.abandon()
+            raise
     progress.finish(f"voice {args.output}")
     timings = {"load": load_seconds, **request.timings}
     if args.json:
@@ -76,6 +78,6 @@ def prepare_voice(args: argparse.Namespace) -> int:
     print(f"wrote voice {args.output}{listed} in {timings.get('total', 0):.2f} s")
     for warning in request.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if any(p.name == "voice" for p in engine.manifest.params):
+    if any(p.name == "voice" for p in manifest.params):
         print(f'use it: mizuoto synth {args.engine} "..." --voice {args.output} -o out.wav')
     return 0

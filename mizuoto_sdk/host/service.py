@@ -281,7 +281,7 @@ class RuntimeService:
             "engine": model.manifest.id,
             "model": model.name.split("/", 1)[1].rsplit("@", 1)[0],
             "device": "+".join(sorted({d for r in replicas for d in r.devices})),
-            "dtype": model.description.get("dtype"),
+            "dtype": model.dtype,
             "state": "busy" if model.busy else "idle",
             "pinned": bool(self.settings.engine(model.manifest.id, "pinned", False)),
             **dict.fromkeys(_BYTE_FIELDS, 0),  # the workers' memory is theirs to report
@@ -350,12 +350,18 @@ class RuntimeService:
 
         ``engine_id`` may also name models as ``mizuoto runtime`` lists them
         (``"codeclm/tiny@cpu"``: every dtype and options of it), or one model by its owner
-        (``"codeclm/tiny@cpu[float32]"``).
+        (``"codeclm/tiny@cpu[float32]"``). An idle model served by worker processes stops its
+        workers (the next ``load`` starts new ones); a busy one keeps them.
         """
+        served = [
+            s for s in self.served() if engine_id in (None, s.name, s.manifest.id) and not s.busy
+        ]
+        for model in served:  # workers stop; the next load starts them again
+            model.close()
         named = [h for h in self.models() if engine_id in (h.name, h.owner)]
         if named:
-            return [name for h in named for name in h.engine.unload(h)]
-        return [
+            return [s.name for s in served] + [n for h in named for n in h.engine.unload(h)]
+        return [s.name for s in served] + [
             name
             for engine in self.engines()
             if engine_id in (None, engine.engine_id)

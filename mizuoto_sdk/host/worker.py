@@ -57,7 +57,8 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
         )
         send(encode("failed", error_frame_header(failed)))
         return
-    send(encode("ready", {"name": model.name, "description": _json(model.description)}))
+    fields = {"name": model.name, "dtype": model.spec.dtype, "device": model.spec.device}
+    send(encode("ready", {**fields, "description": _json(model.description)}))
     running: dict[int, _Served] = {}
     while True:
         try:

@@ -62,6 +62,14 @@ class ReplicatedModel:
         return any(replica.in_flight for replica in self._replicas)
 
     @property
+    def dtype(self) -> str | None:
+        """The dtype the workers loaded the model in (None until one has started)."""
+        for replica in self._replicas:
+            if replica.metadata:
+                return str(replica.metadata.get("dtype"))
+        return None
+
+    @property
     def description(self) -> dict[str, object]:
         """What the first ready replica's worker said of its model when it started."""
         for replica in self._replicas:

@@ -36,7 +36,7 @@ def stream(
         while True:
             frame = pending.next_frame()
             if frame.kind == "chunk":
-                chunk = _checked(replica, chunk_from_frame, frame)
+                chunk = _checked(replica, pending, chunk_from_frame, frame)
                 replica.answer_owed(pending)
                 replica.send("next", {"id": pending.id})
                 yield chunk
@@ -44,10 +44,10 @@ def stream(
                 finished = True
                 _write_back(request, frame)
                 if frame.kind == "error":
-                    raise _checked(replica, error_from_frame, frame)
+                    raise _checked(replica, pending, error_from_frame, frame)
                 return
             else:
-                raise _unexpected(replica, frame)
+                raise _unexpected(replica, pending, frame)
     finally:
         if not finished:
             replica.send("close", {"id": pending.id})
@@ -63,15 +63,15 @@ def run(
         frame = pending.next_frame()
         if frame.kind == "error":
             _write_back(request, frame)
-            raise _checked(replica, error_from_frame, frame)
+            raise _checked(replica, pending, error_from_frame, frame)
         if frame.kind == "chunk":  # collect: the whole output, then its end
             end = pending.next_frame()
             if end.kind != "end":
-                raise _unexpected(replica, end)
+                raise _unexpected(replica, pending, end)
             _write_back(request, end)
             return frame
         if frame.kind != "result":
-            raise _unexpected(replica, frame)
+            raise _unexpected(replica, pending, frame)
         _write_back(request, frame)
         return frame
     finally:
@@ -114,14 +114,16 @@ def _write_back(request: EngineRequest, frame: Frame) -> None:
     request.timings.update(header.get("timings") or {})
 
 
-def _checked(replica: ProcessReplica, read: Callable[[Frame], T], frame: Frame) -> T:
+def _checked(
+    replica: ProcessReplica, pending: Pending, read: Callable[[Frame], T], frame: Frame
+) -> T:
     try:
         return read(frame)
     except (FrameError, TypeError, ValueError) as error:
         replica.fail(f"a malformed {frame.kind} frame ({error})")
-        raise replica.failed_error(str(frame.kind)) from None
+        raise replica.failed_error(pending.capability) from None
 
 
-def _unexpected(replica: ProcessReplica, frame: Frame) -> EngineError:
+def _unexpected(replica: ProcessReplica, pending: Pending, frame: Frame) -> EngineError:
     replica.fail(f"an unexpected {frame.kind} frame")
-    return replica.failed_error(frame.kind)
+    return replica.failed_error(pending.capability)

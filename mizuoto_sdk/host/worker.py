@@ -165,6 +165,7 @@ class _Served:
             self._credit.release()
         elif frame.kind == "close":
             self._closing = True
+            self.request.cancel()  # the chunk it may be computing ahead is not wanted either
             self._credit.release()
         elif frame.kind == "text" and self.request.text_input is not None:
             self.request.text_input.put(frame.header.get("text"))

@@ -201,7 +201,12 @@ class ProcessReplica:
             _stop(workers, 0.0)
             raise
         with self._lock:
-            self._workers = workers
+            closed = self._closed.is_set()
+            if not closed:
+                self._workers = workers
+        if closed:  # closed while they started (a restart, a first request): nobody owns them
+            _stop(workers, 0.0)
+            raise self._closed_error()
         self._monitor = threading.Thread(
             target=self._watch, args=(workers,), name=f"mizuoto-replica-{self.id}", daemon=True
         )

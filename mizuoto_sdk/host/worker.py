@@ -15,7 +15,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -60,6 +60,7 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
     fields = {"name": model.name, "dtype": model.spec.dtype, "device": model.spec.device}
     send(encode("ready", {**fields, "description": _json(model.description)}))
     running: dict[int, _Served] = {}
+    threads = _Threads()
     while True:
         try:
             frame = decode(connection.recv_bytes())
@@ -72,9 +73,7 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
         if frame.kind == "request":
             served = _Served(frame, model, send, running)
             running[served.id] = served
-            threading.Thread(
-                target=served.run, name=f"mizuoto-request-{served.id}", daemon=True
-            ).start()
+            threads.run(served.run)
             continue
         target = running.get(frame.header.get("id"))  # type: ignore[arg-type]  # checked by get
         if target is not None:
@@ -124,6 +123,34 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="mizuoto-parent-watch", daemon=True).start()
 
 
+class _Threads:
+    """Daemon threads that run requests and are kept for the next ones.
+
+    A request runs on an idle thread if there is one, else on a new one, so concurrent requests
+    never wait for each other while a steady stream of requests reuses the same thread (and the
+    per-thread state torch builds on first use, such as its OpenMP team).
+    """
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def run(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            self._idle -= 0 if spawn else 1
+        self._tasks.put(task)
+        if spawn:
+            threading.Thread(target=self._loop, name="mizuoto-request", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._tasks.get()()
+            with self._lock:
+                self._idle += 1
+
+
 class _Sender:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
@@ -147,7 +174,8 @@ class _Served:
         self.id = int(header["id"])
         self._header, self._payload = header, frame.payload
         self._model, self._send, self._running = model, send, running
-        self._credit = threading.Semaphore(1)  # the request asks for the first chunk
+        # The request asks for chunk 0 and allows chunk 1; each "next" allows one more.
+        self._credit = threading.Semaphore(2)
         self._closing = False
         self.request = EngineRequest(
             params=dict(header.get("params") or {}),

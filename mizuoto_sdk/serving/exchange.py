@@ -1,10 +1,11 @@
 """One request's conversation with the replica that took it: a lazy stream, or a call's value.
 
-A stream stays lazy across the process boundary: the worker computes a chunk only once it is
-asked for it. The request asks for the first chunk; handing chunk ``k`` to the caller asks for
-chunk ``k + 1``, so the worker is at most one chunk ahead of the caller (its computation overlaps
-the caller's use of the chunk before). Closing the stream early tells the worker to close the
-engine's generator; a chunk it computed ahead is dropped.
+A stream stays lazy across the process boundary, at most one chunk ahead: once the caller has
+asked for chunk ``k`` the worker may compute chunks up to ``k + 1``. The request (sent at the
+caller's first ``next()``) asks for chunk 0; each later ``next()`` asks for one more. So the
+worker computes the chunk after the one the caller waits for while the caller uses it, and a
+worker slower than its caller never waits a round trip between chunks. Closing the stream early
+tells the worker to close the engine's generator; a chunk it computed ahead is dropped.
 """
 
 from __future__ import annotations
@@ -30,16 +31,15 @@ def stream(
     replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
 ) -> Generator[AudioChunk, None, None]:
     """The chunks of a streaming request on ``replica`` (already reserved for it)."""
-    pending = _open(replica, header, payload, request)
+    pending = _open(replica, header, payload, request)  # asks for chunk 0 (and allows 1)
     finished = False
     try:
         while True:
             frame = pending.next_frame()
             if frame.kind == "chunk":
                 chunk = _checked(replica, pending, chunk_from_frame, frame)
-                replica.answer_owed(pending)
-                replica.send("next", {"id": pending.id})
                 yield chunk
+                replica.ask_next(pending)  # the caller asks for the next chunk: allow one more
             elif frame.kind in ("end", "error"):
                 finished = True
                 _write_back(request, frame)

@@ -64,6 +64,10 @@ class Pending:
         self.request = request
         self.capability = capability
         self.frames: queue.SimpleQueue[Frame | EngineError] = queue.SimpleQueue()
+        # A stream's chunks: how many arrived, and the last index the worker may compute (the
+        # caller asked for chunk k: up to k + 1). The worker is working when it may go on.
+        self.received = 0
+        self.allowed = 1
         self.busy_since: float | None = None  # when the worker began the answer it owes
         self.cancel_sent = False
 
@@ -265,9 +269,13 @@ class ProcessReplica:
         except (OSError, ValueError, IndexError):
             self.fail(f"its pipe closed (sending {kind})")
 
-    def answer_owed(self, pending: Pending) -> None:
-        """The worker owes ``pending`` an answer from now on (execution_timeout counts)."""
-        pending.busy_since = time.monotonic()
+    def ask_next(self, pending: Pending) -> None:
+        """The caller asks for the next chunk of a stream: the worker may compute one more."""
+        with self._lock:
+            pending.allowed += 1
+            if pending.busy_since is None and pending.received <= pending.allowed:
+                pending.busy_since = time.monotonic()  # execution_timeout counts again
+        self.send("next", {"id": pending.id})
 
     def has_pending(self, pending: Pending) -> bool:
         """Whether ``pending`` is still open (neither answered in full nor failed)."""
@@ -312,11 +320,16 @@ class ProcessReplica:
             pending = self._pending.get(request_id) if isinstance(request_id, int) else None
         if pending is None:
             return  # an answer to a request its caller gave up on
-        if frame.kind == "started":
-            pending.busy_since = time.monotonic()
-            return
-        if frame.kind != "progress":
-            pending.busy_since = None
+        with self._lock:  # is the worker still working for this request?
+            if frame.kind == "started":
+                pending.busy_since = time.monotonic()
+                return
+            if frame.kind == "chunk":
+                pending.received += 1
+                may_go_on = pending.received <= pending.allowed
+                pending.busy_since = time.monotonic() if may_go_on else None
+            elif frame.kind != "progress":
+                pending.busy_since = None
         pending.frames.put(frame)
 
     def _tick(self) -> None:

@@ -223,6 +223,10 @@ class ProcessReplica:
             try:
                 frame = decode(worker.connection.recv_bytes())
             except (EOFError, OSError, FrameError) as error:
+                worker.process.join(1.0)  # a pipe that ends with its process: say how it ended
+                if worker.process.exitcode is not None:
+                    why = f"exited with code {worker.process.exitcode} before {kind}"
+                    raise self._startup_error(why) from None
                 raise self._startup_error(
                     f"sent no {kind}: {error or type(error).__name__}"
                 ) from None

@@ -19,7 +19,8 @@ from mizuoto_sdk.host.settings import DEFAULTS, Settings
 from mizuoto_sdk.manifest import device_type
 from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
-from mizuoto_sdk.serving.workers import ProcessReplica, WorkerSpec
+from mizuoto_sdk.serving.processes import WorkerSpec
+from mizuoto_sdk.serving.workers import ProcessReplica
 
 if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
@@ -174,7 +175,10 @@ class RuntimeService:
         replicas = [
             ProcessReplica(
                 index,
-                [WorkerSpec(self.worker, {**config, "device": d}, d) for d in devices],
+                [
+                    WorkerSpec(self.worker, {**config, "device": d}, d, index * len(devices) + rank)
+                    for rank, d in enumerate(devices)
+                ],
                 engine_id=engine_id,
                 execution_timeout=deployment.execution_timeout,
                 restart=deployment.restart,

@@ -44,7 +44,11 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
     """Load ``config``'s model and answer requests from ``connection`` until told to stop."""
     _exit_with_parent(int(config["parent"]))
     send = _Sender(connection)
-    send(encode("hello", {k: config[k] for k in ("replica", "rank")} | {"pid": os.getpid()}))
+    send(
+        encode(
+            "hello", {k: config[k] for k in ("worker", "replica", "rank")} | {"pid": os.getpid()}
+        )
+    )
     try:
         service, model = _load(config)
     except BaseException as error:

@@ -1,34 +1,26 @@
-"""One replica run by worker processes: start them, watch them, and fail alone when one dies.
+"""One replica run by worker processes: its requests, its monitor, and a failure that stays its own.
 
-Each replica has its own supervisor (this class), so a crash, a malformed frame or an execution
-timeout in one replica fails that replica's requests and no other's. Workers are started with
-``spawn``, inherit this process's device visibility and bind their own device. They notice their
-parent's death through their pipe (it reads end-of-file) and a parent-pid check, so a killed host
-leaves no worker behind.
+Each replica has its own supervisor (``ProcessReplica``), so a crash, a malformed frame or an
+execution timeout in one replica fails that replica's requests and no other's. Starting and
+stopping the processes themselves is ``serving.processes``.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import multiprocessing
-import os
 import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, Literal
 
-import attrs
-
 from mizuoto_sdk.errors import EngineError, EngineUnavailable, WorkerFailed
-from mizuoto_sdk.frames import Frame, FrameError, decode, encode, error_from_frame
+from mizuoto_sdk.frames import Frame, FrameError, decode, encode
+from mizuoto_sdk.serving.processes import Worker, WorkerSpec, start_workers, stop_workers
 from mizuoto_sdk.serving.routing import ReplicaStatus
 
 if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
-
     from mizuoto_sdk.request import EngineRequest
 
 log = logging.getLogger(__name__)
@@ -37,23 +29,6 @@ WATCH_INTERVAL = 0.02
 """How often the supervisor looks at cancel events and execution deadlines (seconds)."""
 RESTART_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Seconds before each restart attempt of a failed replica; the last repeats."""
-
-
-@attrs.frozen
-class WorkerSpec:
-    """What one worker process runs: ``target`` (``"module:function"``) is called in the child as
-    ``function(connection, config)``. A string, so that it crosses the spawn boundary and a tool
-    may name a wrapper of the host's own worker."""
-
-    target: str
-    config: Mapping[str, Any]
-    device: str
-
-
-def run_worker(target: str, connection: Connection, config: Mapping[str, Any]) -> None:
-    """The spawned process's entry: import ``target`` and hand it the pipe."""
-    module, _, name = target.partition(":")
-    getattr(importlib.import_module(module), name)(connection, config)
 
 
 class Pending:
@@ -89,11 +64,6 @@ class Pending:
             return item
 
 
-class _Worker:
-    def __init__(self, process: BaseProcess, connection: Connection, rank: int) -> None:
-        self.process, self.connection, self.rank = process, connection, rank
-
-
 class ProcessReplica:
     """A replica whose ranks are worker processes (one rank each); requests go to rank 0."""
 
@@ -119,7 +89,7 @@ class ProcessReplica:
         self.state = "stopped"
         self.failure: str | None = None
         self.metadata: dict[str, Any] = {}
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._pending: dict[int, Pending] = {}
         self._reserved = 0
         self._ids = 0
@@ -175,80 +145,20 @@ class ProcessReplica:
             self.state, self.failure = "ready", None
 
     def _spawn(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        workers: list[_Worker] = []
-        try:
-            for rank, spec in enumerate(self._specs):
-                parent_end, child_end = context.Pipe(duplex=True)
-                config = {**spec.config, "replica": self.id, "rank": rank, "parent": os.getpid()}
-                process = context.Process(
-                    target=run_worker,
-                    args=(spec.target, child_end, config),
-                    name=f"mizuoto-{self._engine_id}-r{self.id}.{rank}",
-                    daemon=True,
-                )
-                process.start()
-                child_end.close()
-                workers.append(_Worker(process, parent_end, rank))
-            deadline = time.monotonic() + self._startup_timeout
-            for worker in workers:
-                hello = self._handshake(worker, "hello", deadline)
-                expected = {"replica": self.id, "rank": worker.rank, "pid": worker.process.pid}
-                seen = {key: hello.header.get(key) for key in expected}
-                if seen != expected:
-                    raise self._startup_error(f"said hello as {seen}, expected {expected}")
-            for worker in workers:
-                ready = self._handshake(worker, "ready", deadline)
-                if worker.rank == 0:
-                    self.metadata = dict(ready.header)
-        except BaseException:
-            _stop(workers, 0.0)
-            raise
+        workers, self.metadata = start_workers(
+            self._specs, self.id, engine_id=self._engine_id, timeout=self._startup_timeout
+        )
         with self._lock:
             closed = self._closed.is_set()
             if not closed:
                 self._workers = workers
         if closed:  # closed while they started (a restart, a first request): nobody owns them
-            _stop(workers, 0.0)
+            stop_workers(workers, 0.0)
             raise self._closed_error()
         self._monitor = threading.Thread(
             target=self._watch, args=(workers,), name=f"mizuoto-replica-{self.id}", daemon=True
         )
         self._monitor.start()
-
-    def _handshake(self, worker: _Worker, kind: str, deadline: float) -> Frame:
-        remaining = deadline - time.monotonic()
-        ready = wait([worker.connection, worker.process.sentinel], timeout=max(remaining, 0))
-        if worker.connection in ready:
-            try:
-                frame = decode(worker.connection.recv_bytes())
-            except (EOFError, OSError, FrameError) as error:
-                worker.process.join(1.0)  # a pipe that ends with its process: say how it ended
-                if worker.process.exitcode is not None:
-                    why = f"exited with code {worker.process.exitcode} before {kind}"
-                    raise self._startup_error(why) from None
-                raise self._startup_error(
-                    f"sent no {kind}: {error or type(error).__name__}"
-                ) from None
-            if frame.kind == kind:
-                return frame
-            if frame.kind == "failed":
-                cause = error_from_frame(frame)
-                raise WorkerFailed(
-                    f"{self._engine_id}: replica {self.id} failed to start: {cause.message}",
-                    {**cause.detail, "replica": self.id, "during": "startup", "code": cause.code},
-                )
-            raise self._startup_error(f"sent {frame.kind} where {kind} was expected")
-        if worker.process.sentinel in ready:
-            worker.process.join(0.1)
-            raise self._startup_error(f"exited with code {worker.process.exitcode} before {kind}")
-        raise self._startup_error(f"sent no {kind} within {self._startup_timeout:g} s")
-
-    def _startup_error(self, why: str) -> WorkerFailed:
-        return WorkerFailed(
-            f"{self._engine_id}: replica {self.id}'s worker {why}",
-            {"engine": self._engine_id, "replica": self.id, "during": "startup", "reason": why},
-        )
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -293,7 +203,7 @@ class ProcessReplica:
 
     # -- watching ----------------------------------------------------------------------------
 
-    def _watch(self, workers: list[_Worker]) -> None:
+    def _watch(self, workers: list[Worker]) -> None:
         connections = {w.connection: w for w in workers}
         sentinels = {w.process.sentinel: w for w in workers}
         while not self._closed.is_set() and self._workers is workers:
@@ -311,7 +221,7 @@ class ProcessReplica:
                     self.fail(f"worker {worker.rank} exited with code {worker.process.exitcode}")
             self._tick()
 
-    def _receive(self, worker: _Worker) -> None:
+    def _receive(self, worker: Worker) -> None:
         try:
             frame = decode(worker.connection.recv_bytes())
             request_id = frame.header.get("id")
@@ -374,7 +284,7 @@ class ProcessReplica:
                     },
                 )
             )
-        _stop(workers, 0.0)
+        stop_workers(workers, 0.0)
         if self._restart == "on_failure" and not self._closed.is_set():
             self.state = "restarting"
             threading.Thread(
@@ -419,7 +329,7 @@ class ProcessReplica:
                     worker.connection.send_bytes(encode("shutdown", {}))
             except (OSError, ValueError):
                 pass
-        _stop(workers, self._shutdown_timeout)
+        stop_workers(workers, self._shutdown_timeout)
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join()
 
@@ -439,19 +349,3 @@ class ProcessReplica:
                 "reason": self.failure,
             },
         )
-
-
-def _stop(workers: Sequence[_Worker], grace: float) -> None:
-    """Ask nothing more of ``workers``: wait ``grace`` seconds, then terminate, then kill."""
-    for worker in workers:
-        worker.process.join(grace)
-    for step in ("terminate", "kill"):
-        alive = [w for w in workers if w.process.is_alive()]
-        for worker in alive:
-            getattr(worker.process, step)()
-        for worker in alive:
-            worker.process.join(2.0)
-    for worker in workers:
-        worker.connection.close()
-        if worker.process.exitcode is not None:
-            worker.process.close()

@@ -10,6 +10,7 @@ The worker exits when its parent dies: the pipe reads end-of-file, or its parent
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import queue
@@ -17,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, TypeVar
 
 from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.errors import EngineError
@@ -35,6 +36,8 @@ from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.request import EngineRequest
 
+T = TypeVar("T")
+_Task = tuple[Callable[[], None], "Callable[[], None] | None"]
 STREAMS = ("synthesize", "convert", "edit")
 PARENT_CHECK = 0.5
 """Seconds between checks that the parent process is still there."""
@@ -49,8 +52,12 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
             "hello", {k: config[k] for k in ("worker", "replica", "rank")} | {"pid": os.getpid()}
         )
     )
+    # The model loads on a request thread, which then serves the first request: torch keeps a
+    # thread pool per calling thread, and one pool for loading and calling is measurably faster
+    # than two competing for the cores.
+    threads = _Threads()
     try:
-        service, model = _load(config)
+        service, model = threads.call(lambda: _load(config))
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -64,7 +71,6 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
     fields = {"name": model.name, "dtype": model.spec.dtype, "device": model.spec.device}
     send(encode("ready", {**fields, "description": _json(model.description)}))
     running: dict[int, _Served] = {}
-    threads = _Threads()
     while True:
         try:
             frame = decode(connection.recv_bytes())
@@ -77,7 +83,7 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
         if frame.kind == "request":
             served = _Served(frame, model, send, running)
             running[served.id] = served
-            threads.run(served.run)
+            threads.run(served.run, then=served.finish)
             continue
         target = running.get(frame.header.get("id"))  # type: ignore[arg-type]  # checked by get
         if target is not None:
@@ -128,31 +134,61 @@ def _exit_with_parent(parent: int) -> None:
 
 
 class _Threads:
-    """Daemon threads that run requests and are kept for the next ones.
+    """The threads that run requests, kept for the next ones.
 
-    A request runs on an idle thread if there is one, else on a new one, so concurrent requests
-    never wait for each other while a steady stream of requests reuses the same thread (and the
-    per-thread state torch builds on first use, such as its OpenMP team).
+    A request runs on the oldest idle thread, or on a new one when all are busy, so concurrent
+    requests never wait for each other while requests one after another run on the same thread:
+    the one that loaded the model. torch keeps a thread pool (an OpenMP team) per calling thread,
+    and two teams competing for the cores make each call measurably slower.
     """
 
     def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0
+        self._idle: list[tuple[int, queue.SimpleQueue[_Task]]] = []  # a heap: oldest first
+        self._count = 0
         self._lock = threading.Lock()
 
-    def run(self, task: Callable[[], None]) -> None:
+    def run(self, task: Callable[[], None], then: Callable[[], None] | None = None) -> None:
+        """Run ``task``; ``then()`` once its thread is idle again."""
         with self._lock:
-            spawn = self._idle == 0
-            self._idle -= 0 if spawn else 1
-        self._tasks.put(task)
-        if spawn:
-            threading.Thread(target=self._loop, name="mizuoto-request", daemon=True).start()
+            if self._idle:
+                _, inbox = heapq.heappop(self._idle)
+            else:
+                inbox = queue.SimpleQueue()
+                self._count += 1
+                threading.Thread(
+                    target=self._loop,
+                    args=(self._count, inbox),
+                    name=f"mizuoto-request-{self._count}",
+                    daemon=True,
+                ).start()
+        inbox.put((task, then))
 
-    def _loop(self) -> None:
+    def call(self, function: Callable[[], T]) -> T:
+        """``function()`` on one of the threads, which is idle again when this returns."""
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+        done = threading.Event()
+
+        def task() -> None:
+            try:
+                outcome.append(function())
+            except BaseException as error:
+                failure.append(error)
+
+        self.run(task, done.set)
+        done.wait()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+    def _loop(self, number: int, inbox: queue.SimpleQueue[_Task]) -> None:
         while True:
-            self._tasks.get()()
+            task, then = inbox.get()
+            task()
             with self._lock:
-                self._idle += 1
+                heapq.heappush(self._idle, (number, inbox))
+            if then is not None:
+                then()
 
 
 class _Sender:
@@ -180,6 +216,7 @@ class _Served:
         self._model, self._send, self._running = model, send, running
         # The request asks for chunk 0 and allows chunk 1; each "next" allows one more.
         self._credit = threading.Semaphore(2)
+        self._last = b""  # the frame that ends the answer (end, result or error)
         self._closing = False
         self.request = EngineRequest(
             params=dict(header.get("params") or {}),
@@ -203,16 +240,22 @@ class _Served:
             self.request.text_input.put(frame.header.get("text"))
 
     def run(self) -> None:
+        """Answer the request; its last frame waits for ``finish`` (see ``_Threads``)."""
         self._send(encode("started", {"id": self.id}))
         try:
             self._answer()
         except EngineError as error:
-            self._send(error_frame(error, id=self.id, **self._written_back()))
+            self._last = error_frame(error, id=self.id, **self._written_back())
         except Exception as error:  # the host maps engine errors; this is the worker's own
             failed = EngineError(f"the worker failed: {type(error).__name__}: {error}")
-            self._send(error_frame(failed, id=self.id, **self._written_back()))
+            self._last = error_frame(failed, id=self.id, **self._written_back())
         finally:
             self._running.pop(self.id, None)
+
+    def finish(self) -> None:
+        """Send the last frame once the request's thread is idle again, so that the parent's
+        next request, sent as soon as it reads it, finds that thread free (and reuses it)."""
+        self._send(self._last)
 
     def _answer(self) -> None:
         header, model, capability = self._header, self._model, self._header["capability"]
@@ -224,7 +267,7 @@ class _Served:
         elif capability == "collect":
             chunk = model.collect(header["of"], *inputs[header["of"]], request=self.request)
             self._send(chunk_frame(chunk, id=self.id))
-            self._send(encode("end", {"id": self.id, **self._written_back()}))
+            self._last = encode("end", {"id": self.id, **self._written_back()})
         elif capability == "prepare_voice":
             assert audio is not None
             value = model.prepare_voice(audio, header["voice_dir"], request=self.request)
@@ -246,7 +289,7 @@ class _Served:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()
-        self._send(encode("end", {"id": self.id, **self._written_back()}))
+        self._last = encode("end", {"id": self.id, **self._written_back()})
 
     def _result(self, value: object) -> None:
         try:
@@ -256,7 +299,7 @@ class _Served:
                 f"the engine's result cannot leave a worker process: JSON only ({error})",
                 {"reason": "result_not_json"},
             ) from None
-        self._send(encode("result", {"id": self.id, "value": encoded, **self._written_back()}))
+        self._last = encode("result", {"id": self.id, "value": encoded, **self._written_back()})
 
     def _written_back(self) -> dict[str, object]:
         request = self.request

@@ -25,8 +25,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WATCH_INTERVAL = 0.02
-"""How often the supervisor looks at cancel events and execution deadlines (seconds)."""
+CANCEL_INTERVAL = 0.05
+"""How often the supervisor looks at the cancel events of requests in flight (seconds).
+
+Every wake-up of this process can take a core from a worker's torch threads (on a machine whose
+cores they fill, that stalls their parallel regions), so the supervisor wakes no more often than
+this while requests are in flight, at an execution deadline, and otherwise only for a frame."""
+IDLE_INTERVAL = 1.0
 RESTART_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Seconds before each restart attempt of a failed replica; the last repeats."""
 
@@ -208,7 +213,7 @@ class ProcessReplica:
         sentinels = {w.process.sentinel: w for w in workers}
         while not self._closed.is_set() and self._workers is workers:
             try:
-                ready = wait([*connections, *sentinels], timeout=WATCH_INTERVAL)
+                ready = wait([*connections, *sentinels], timeout=self._tick())
             except OSError:
                 break
             for item in ready:
@@ -219,7 +224,6 @@ class ProcessReplica:
                     worker = sentinels[item]
                     worker.process.join(0.1)
                     self.fail(f"worker {worker.rank} exited with code {worker.process.exitcode}")
-            self._tick()
 
     def _receive(self, worker: Worker) -> None:
         try:
@@ -246,18 +250,26 @@ class ProcessReplica:
                 pending.busy_since = None
         pending.frames.put(frame)
 
-    def _tick(self) -> None:
+    def _tick(self) -> float:
+        """Forward cancels and enforce execution deadlines; the seconds until the next look."""
         now = time.monotonic()
         with self._lock:
             pending = list(self._pending.values())
+        wake = CANCEL_INTERVAL if pending else IDLE_INTERVAL
+        limit = self._execution_timeout
         for item in pending:
             if item.request.cancel_event.is_set() and not item.cancel_sent:
                 item.cancel_sent = True
                 self.send("cancel", {"id": item.id})
-            limit = self._execution_timeout
-            if limit is not None and item.busy_since is not None and now - item.busy_since > limit:
-                self.fail(f"a {item.capability} request ran past execution_timeout ({limit:g} s)")
-                return
+            if limit is not None and item.busy_since is not None:
+                left = item.busy_since + limit - now
+                if left < 0:
+                    self.fail(
+                        f"a {item.capability} request ran past execution_timeout ({limit:g} s)"
+                    )
+                    return 0.0
+                wake = min(wake, left + 0.001)
+        return wake
 
     # -- failing and closing -----------------------------------------------------------------
 

@@ -2,39 +2,38 @@
 
 The parent (``mizuoto_sdk.serving.workers.ProcessReplica``) starts it with ``spawn`` and talks to
 it over one pipe. Startup is the one place a worker touches process state: it sets torch's thread
-count (by default the parent's, so that its output equals inline output bitwise) and binds its
-CUDA device. Each request runs on a thread of its own, so a worker answers concurrent requests as
-a model in the parent process would; a stream computes a chunk only once the parent asked for it.
-The worker exits when its parent dies: the pipe reads end-of-file, or its parent pid changes.
+count (by default the parent's, so that its output equals inline output bitwise), binds its CUDA
+device and, as one rank of several, joins its replica's named process groups. A replica of one
+rank answers concurrent requests on threads of its own, as a model in the parent process would; a
+replica of several runs them one at a time, in order, so that the ranks' collectives meet. The
+answering itself is ``host/served.py``. The worker exits when its parent dies: the pipe reads
+end-of-file, or its parent pid changes.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.errors import EngineError
 from mizuoto_sdk.frames import (
-    Frame,
     FrameError,
-    audio_from_fields,
-    chunk_frame,
     decode,
     encode,
-    error_frame,
 )
 from mizuoto_sdk.host.failures import engine_failure
+from mizuoto_sdk.host.lockstep import Lockstep
 from mizuoto_sdk.host.model import LocalModel
+from mizuoto_sdk.host.served import ServedRequest, json_safe
 from mizuoto_sdk.host.service import RuntimeService
-from mizuoto_sdk.request import EngineRequest
 
 T = TypeVar("T")
 _Task = tuple[Callable[[], None], "Callable[[], None] | None"]
@@ -55,9 +54,11 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
     # The model loads on a request thread, which then serves the first request: torch keeps a
     # thread pool per calling thread, and one pool for loading and calling is measurably faster
     # than two competing for the cores.
-    threads = _Threads()
+    # A replica of several ranks runs its requests one at a time, in the order they came, so
+    # that every rank's collectives meet in the same order.
+    threads = _Threads(limit=1 if config.get("rendezvous") else None)
     try:
-        service, model = threads.call(lambda: _load(config))
+        service, model, lockstep = threads.call(lambda: _load(config))
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -69,8 +70,8 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
         send(encode("failed", error_frame_header(failed)))
         return
     fields = {"name": model.name, "dtype": model.spec.dtype, "device": model.spec.device}
-    send(encode("ready", {**fields, "description": _json(model.description)}))
-    running: dict[int, _Served] = {}
+    send(encode("ready", {**fields, "description": json_safe(model.description)}))
+    running: dict[int, ServedRequest] = {}
     while True:
         try:
             frame = decode(connection.recv_bytes())
@@ -81,9 +82,9 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
         if frame.kind == "shutdown":
             break
         if frame.kind == "request":
-            served = _Served(frame, model, send, running)
+            served = ServedRequest(frame, model, send, lockstep)
             running[served.id] = served
-            threads.run(served.run, then=served.finish)
+            threads.run(served.run, then=partial(_finish, served, running))
             continue
         target = running.get(frame.header.get("id"))  # type: ignore[arg-type]  # checked by get
         if target is not None:
@@ -93,11 +94,16 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
     service.close()
 
 
+def _finish(served: ServedRequest, running: dict[int, ServedRequest]) -> None:
+    running.pop(served.id, None)
+    served.finish()
+
+
 def error_frame_header(error: EngineError) -> dict[str, object]:
-    return {"code": error.code, "message": error.message, "detail": _json(error.detail)}
+    return {"code": error.code, "message": error.message, "detail": json_safe(error.detail)}
 
 
-def _load(config: Mapping[str, Any]) -> tuple[RuntimeService, LocalModel]:
+def _load(config: Mapping[str, Any]) -> tuple[RuntimeService, LocalModel, Lockstep | None]:
     found = config["discovery"]
     discovery = Discovery(
         path=found["path"],
@@ -106,12 +112,24 @@ def _load(config: Mapping[str, Any]) -> tuple[RuntimeService, LocalModel]:
     )
     service = RuntimeService(config["settings"], discovery)
     engine = service.engine(config["engine"], config["device"])
+    lockstep = None
     if engine.manifest.uses_torch:
         _bind(config["device"], config.get("threads"))
+        if config.get("rendezvous"):  # a replica of several ranks: its named groups first
+            from mizuoto_runtime.parallel import Groups
+
+            groups = Groups.start(
+                config["layout"],
+                config["rank"],
+                init_method=config["rendezvous"],
+                backend=config["backend"],
+            )
+            service.runtime.parallel = groups
+            lockstep = Lockstep(groups)
     model = engine.load(
         config["model"], dtype=config["dtype"], variant=config["variant"], options=config["options"]
     )
-    return service, model
+    return service, model, lockstep
 
 
 def _bind(device: str, threads: int | None) -> None:
@@ -142,18 +160,24 @@ class _Threads:
     and two teams competing for the cores make each call measurably slower.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._idle: list[tuple[int, queue.SimpleQueue[_Task]]] = []  # a heap: oldest first
         self._count = 0
+        self._limit = limit
+        self._first: queue.SimpleQueue[_Task] | None = None
         self._lock = threading.Lock()
 
     def run(self, task: Callable[[], None], then: Callable[[], None] | None = None) -> None:
-        """Run ``task``; ``then()`` once its thread is idle again."""
+        """Run ``task``; ``then()`` once its thread is idle again. With a ``limit`` of one,
+        tasks run one after another, in order, on one thread."""
         with self._lock:
-            if self._idle:
+            if self._limit == 1 and self._first is not None:
+                inbox = self._first
+            elif self._idle:
                 _, inbox = heapq.heappop(self._idle)
             else:
                 inbox = queue.SimpleQueue()
+                self._first = self._first or inbox
                 self._count += 1
                 threading.Thread(
                     target=self._loop,
@@ -202,117 +226,3 @@ class _Sender:
                 self._connection.send_bytes(data)
         except (OSError, ValueError):
             os._exit(0)  # the parent is gone
-
-
-class _Served:
-    """One request in the worker: the model's call, run on its own thread."""
-
-    def __init__(
-        self, frame: Frame, model: LocalModel, send: _Sender, running: dict[int, _Served]
-    ) -> None:
-        header = frame.header
-        self.id = int(header["id"])
-        self._header, self._payload = header, frame.payload
-        self._model, self._send, self._running = model, send, running
-        # The request asks for chunk 0 and allows chunk 1; each "next" allows one more.
-        self._credit = threading.Semaphore(2)
-        self._last = b""  # the frame that ends the answer (end, result or error)
-        self._closing = False
-        self.request = EngineRequest(
-            params=dict(header.get("params") or {}),
-            timeout=header.get("timeout"),
-            text_input=queue.Queue() if header.get("text_input") else None,
-            progress=self._progress,
-        )
-
-    def handle(self, frame: Frame) -> None:
-        """A frame about this request from the parent: next, cancel, close or text."""
-        if frame.kind == "next":
-            self._credit.release()
-        elif frame.kind == "cancel":
-            self.request.cancel()
-            self._credit.release()
-        elif frame.kind == "close":
-            self._closing = True
-            self.request.cancel()  # the chunk it may be computing ahead is not wanted either
-            self._credit.release()
-        elif frame.kind == "text" and self.request.text_input is not None:
-            self.request.text_input.put(frame.header.get("text"))
-
-    def run(self) -> None:
-        """Answer the request; its last frame waits for ``finish`` (see ``_Threads``)."""
-        self._send(encode("started", {"id": self.id}))
-        try:
-            self._answer()
-        except EngineError as error:
-            self._last = error_frame(error, id=self.id, **self._written_back())
-        except Exception as error:  # the host maps engine errors; this is the worker's own
-            failed = EngineError(f"the worker failed: {type(error).__name__}: {error}")
-            self._last = error_frame(failed, id=self.id, **self._written_back())
-        finally:
-            self._running.pop(self.id, None)
-
-    def finish(self) -> None:
-        """Send the last frame once the request's thread is idle again, so that the parent's
-        next request, sent as soon as it reads it, finds that thread free (and reuses it)."""
-        self._send(self._last)
-
-    def _answer(self) -> None:
-        header, model, capability = self._header, self._model, self._header["capability"]
-        text = header.get("text")
-        audio = audio_from_fields(header["audio"], self._payload) if "audio" in header else None
-        inputs = {"synthesize": (text,), "convert": (audio,), "edit": (audio, text)}
-        if capability in STREAMS:
-            self._stream(getattr(model, capability)(*inputs[capability], request=self.request))
-        elif capability == "collect":
-            chunk = model.collect(header["of"], *inputs[header["of"]], request=self.request)
-            self._send(chunk_frame(chunk, id=self.id))
-            self._last = encode("end", {"id": self.id, **self._written_back()})
-        elif capability == "prepare_voice":
-            assert audio is not None
-            value = model.prepare_voice(audio, header["voice_dir"], request=self.request)
-            self._result(value)
-        else:
-            self._result(model.call(header["op"], header.get("arguments"), request=self.request))
-
-    def _stream(self, chunks: Iterator[Any]) -> None:
-        try:
-            for index in range(1 << 62):
-                self._credit.acquire()
-                if self._closing:
-                    break
-                chunk = next(chunks, None)
-                if chunk is None:
-                    break
-                self._send(chunk_frame(chunk, id=self.id, index=index))
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        self._last = encode("end", {"id": self.id, **self._written_back()})
-
-    def _result(self, value: object) -> None:
-        try:
-            encoded = json.loads(json.dumps(value))
-        except (TypeError, ValueError) as error:
-            raise EngineError(
-                f"the engine's result cannot leave a worker process: JSON only ({error})",
-                {"reason": "result_not_json"},
-            ) from None
-        self._last = encode("result", {"id": self.id, "value": encoded, **self._written_back()})
-
-    def _written_back(self) -> dict[str, object]:
-        request = self.request
-        return {
-            "applied": _json(request.applied),
-            "warnings": [str(w) for w in request.warnings],
-            "timings": _json(request.timings),
-        }
-
-    def _progress(self, done: float, total: float | None, message: str | None) -> None:
-        fields = {"id": self.id, "done": done, "total": total, "message": message}
-        self._send(encode("progress", fields))
-
-
-def _json(value: Mapping[str, object]) -> dict[str, Any]:
-    return dict(json.loads(json.dumps(dict(value), default=str)))

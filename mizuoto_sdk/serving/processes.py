@@ -1,9 +1,11 @@
 """Starting and stopping the worker processes of one replica.
 
 Workers are started with ``spawn`` (a fresh interpreter: no forked locks or CUDA state), inherit
-this process's environment and with it its device visibility, and bind their own device. Startup
-is complete when every worker has said hello (worker, replica, rank and pid checked) and then
-ready; anything else stops every worker of the replica and raises ``WorkerFailed`` with the reason.
+this process's environment and with it its device visibility, and bind their own device. The
+ranks of a replica get one rendezvous address (a free port on 127.0.0.1) to make their process
+groups at. Startup is complete when every worker has said hello (worker, replica, rank and pid
+checked) and then ready; anything else stops every worker of the replica and raises
+``WorkerFailed`` with the reason.
 Workers notice their parent's death through their pipe (it reads end-of-file) and a parent-pid
 check, so a killed host leaves no worker behind.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
@@ -64,6 +67,8 @@ def start_workers(
     context = multiprocessing.get_context("spawn")
     workers: list[Worker] = []
     handshake = _Handshake(engine_id, replica, timeout)
+    # Ranks of one replica meet there to make their process groups; a fresh port per start.
+    rendezvous = f"tcp://127.0.0.1:{free_port()}" if len(specs) > 1 else None
     try:
         for rank, spec in enumerate(specs):
             parent_end, child_end = context.Pipe(duplex=True)
@@ -73,6 +78,7 @@ def start_workers(
                 "replica": replica,
                 "rank": rank,
                 "parent": os.getpid(),
+                "rendezvous": rendezvous,
             }
             process = context.Process(
                 target=run_worker,
@@ -99,6 +105,13 @@ def start_workers(
         stop_workers(workers, 0.0)
         raise
     return workers, dict(ready[0].header)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def stop_workers(workers: Sequence[Worker], grace: float) -> None:

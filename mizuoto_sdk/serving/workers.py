@@ -176,15 +176,28 @@ class ProcessReplica:
             self._ids += 1
             pending = Pending(self._ids, request, str(header.get("capability")))
             self._pending[pending.id] = pending
-        self.send("request", {**header, "id": pending.id}, payload)
+        self.send("request", {**header, "id": pending.id}, payload, every_rank=True)
         return pending
 
-    def send(self, kind: str, header: Mapping[str, object], payload: bytes = b"") -> None:
-        """Send a frame to rank 0; a broken pipe fails the replica (its monitor says why)."""
+    def send(
+        self,
+        kind: str,
+        header: Mapping[str, object],
+        payload: bytes = b"",
+        *,
+        every_rank: bool = False,
+    ) -> None:
+        """Send a frame to rank 0, the output rank (a request: to every rank, in the same order
+        on each); a broken pipe fails the replica (its monitor says why).
+
+        The other ranks follow rank 0's decisions about a stream (go on, stop) through their
+        own collectives, so ``next``, ``cancel`` and ``close`` go to rank 0 only.
+        """
         data = encode(kind, header, payload)
         try:
             with self._send_lock:
-                self._workers[0].connection.send_bytes(data)
+                for worker in self._workers if every_rank else self._workers[:1]:
+                    worker.connection.send_bytes(data)
         except (OSError, ValueError, IndexError):
             self.fail(f"its pipe closed (sending {kind})")
 
@@ -236,8 +249,8 @@ class ProcessReplica:
             return
         with self._lock:
             pending = self._pending.get(request_id) if isinstance(request_id, int) else None
-        if pending is None:
-            return  # an answer to a request its caller gave up on
+        if pending is None or worker.rank != 0:
+            return  # an answer to a request its caller gave up on; only rank 0 answers
         with self._lock:  # is the worker still working for this request?
             if frame.kind == "started":
                 pending.busy_since = time.monotonic()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from mizuoto_runtime.parallel import Groups
 from mizuoto_runtime.process import open_process, run_process
 from mizuoto_sdk.compute import ComputeSettings
 from mizuoto_sdk.errors import CancelledError, InvalidRequest, OperationTimeoutError
@@ -101,7 +102,8 @@ class RequestContext:
     unknown one is an InvalidRequest), defaults elsewhere. ``settings`` holds the host's other
     settings as dotted keys (``voices.roots``). ``applied`` records the settings and fallbacks
     that were actually used, ``warnings`` what the caller should know, ``timings`` named durations
-    in seconds; the host copies all three back to the request when the call ends.
+    in seconds; the host copies all three back to the request when the call ends. ``parallel``:
+    this rank's named groups when the replica spans several ranks (``ctx.parallel``).
     """
 
     def __init__(
@@ -114,8 +116,11 @@ class RequestContext:
         text_input: queue.Queue[str | None] | None = None,
         manager: Residency | None = None,
         compute: ComputeSettings | None = None,
+        parallel: Groups | None = None,
     ) -> None:
         chosen = check_seed(seed)
+        if parallel is not None and not isinstance(parallel, Groups):
+            raise TypeError(f"parallel: expected Groups, got {type(parallel).__name__}")
         if compute is None:
             compute = ComputeSettings.from_settings(settings or {})
         elif not isinstance(compute, ComputeSettings):
@@ -137,6 +142,14 @@ class RequestContext:
         self._generators: dict[str, torch.Generator] = {}
         self._rng: np.random.Generator | None = None
         self.manager = manager
+        self._parallel = parallel
+
+    @property
+    def parallel(self) -> Groups:
+        """This rank's named process groups (``Groups.single()`` outside a multi-rank replica)."""
+        if self._parallel is None:
+            self._parallel = Groups.single()
+        return self._parallel
 
     def generator_for(self, device: str | torch.device | int) -> torch.Generator:
         """This call's torch generator for ``device``, seeded with the request's seed.

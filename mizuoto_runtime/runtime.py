@@ -9,6 +9,7 @@ from typing import Any
 from mizuoto_runtime.devices.device import DeviceService
 from mizuoto_runtime.memory.manager import ModelManager
 from mizuoto_runtime.memory.policy import SettingsLike, compute_of
+from mizuoto_runtime.parallel import Groups
 
 
 class Runtime:
@@ -18,10 +19,16 @@ class Runtime:
     without it, the setting ``compute.simulate_vram_mb`` does the same. ``settings``: the compute
     settings, as a ``ComputeSettings``, something holding the current one (the host's
     ``Settings``: the memory manager's policy reads it again at each model load) or dotted keys.
+    ``parallel``: this rank's named groups, for loading its shard; a worker of a multi-rank
+    replica sets it at startup, before the first load (``Groups.single()`` otherwise).
     """
 
     def __init__(
-        self, simulate: Mapping[str, int] | None = None, settings: SettingsLike | None = None
+        self,
+        simulate: Mapping[str, int] | None = None,
+        settings: SettingsLike | None = None,
+        *,
+        parallel: Groups | None = None,
     ) -> None:
         import torch
 
@@ -32,6 +39,17 @@ class Runtime:
             simulate = {"cpu": int(megabytes * 2**20)}
         self.devices = DeviceService(simulate=simulate)
         self.manager = ModelManager(self.devices, settings)
+        self.parallel = Groups.single() if parallel is None else parallel
+
+    @property
+    def parallel(self) -> Groups:
+        return self._parallel
+
+    @parallel.setter
+    def parallel(self, groups: Groups) -> None:
+        if not isinstance(groups, Groups):
+            raise TypeError(f"parallel: expected Groups, got {type(groups).__name__}")
+        self._parallel = groups
 
     def inference_mode(self) -> contextlib.AbstractContextManager[Any]:
         """The mode every engine call runs in (loads run outside it, so weights stay normal)."""

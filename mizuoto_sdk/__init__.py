@@ -43,6 +43,13 @@ from mizuoto_sdk.manifest import (
     Program,
     UrlSource,
 )
+from mizuoto_sdk.parallel import (
+    AttentionParallelConfig,
+    DenseParallelConfig,
+    MoeParallelConfig,
+    OuterParallelConfig,
+    ParallelConfig,
+)
 from mizuoto_sdk.params import Param
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
@@ -57,10 +64,12 @@ if TYPE_CHECKING:
 __all__ = [
     "API_VERSION",
     "ERROR_CODES",
+    "AttentionParallelConfig",
     "AudioChunk",
     "CancelledError",
     "ComputeSettings",
     "ComputeUnavailable",
+    "DenseParallelConfig",
     "Engine",
     "EngineError",
     "EngineManifest",
@@ -76,8 +85,11 @@ __all__ = [
     "ModelFile",
     "ModelHandle",
     "ModelNotInstalled",
+    "MoeParallelConfig",
     "OperationTimeoutError",
+    "OuterParallelConfig",
     "PackageSource",
+    "ParallelConfig",
     "Param",
     "Program",
     "RequestContext",

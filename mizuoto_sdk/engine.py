@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 from mizuoto_sdk.errors import Unsupported
 from mizuoto_sdk.manifest import EngineManifest
+from mizuoto_sdk.parallel import ParallelConfig
 from mizuoto_sdk.types import AudioChunk, LoadSpec
 
 if TYPE_CHECKING:
@@ -104,6 +105,30 @@ class Engine:
         DEVICES = _FromManifest()
         DTYPES = _FromManifest()
         EXTRAS = _FromManifest()
+
+    @classmethod
+    def validate_parallel(cls, parallel: ParallelConfig, replica_world_size: int) -> None:
+        """Refuse a topology this engine cannot run, before any worker starts.
+
+        The host calls it when a replica spans more than one rank (``replica_world_size`` =
+        ``parallel.ranks``), after checking that every domain the config splits is declared in
+        the manifest's ``parallel_domains``. The default accepts what the manifest declares.
+        Override it to tighten, raising ``InvalidRequest`` with ``{"field":
+        "engines.<id>.parallel"}`` and a message that names the limit, the numbers and the fix,
+        e.g. a TP size that must divide the number of attention heads::
+
+            @classmethod
+            def validate_parallel(cls, parallel, replica_world_size):
+                tp = parallel.resolved("attention").tp_size
+                if HEADS % tp:
+                    raise InvalidRequest(
+                        f"engines.my-engine.parallel.attention.tp_size: {HEADS} heads do not "
+                        f"split over {tp} ranks; use a divisor of {HEADS}",
+                        {"field": "engines.my-engine.parallel"},
+                    )
+
+        It runs in the host process, so, like the module, it must not import torch.
+        """
 
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         raise NotImplementedError(f"{type(self).__name__}.load is not implemented")

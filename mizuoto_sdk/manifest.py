@@ -23,6 +23,7 @@ from mizuoto_sdk.model_files import (
     UrlSource,
     models_of,
 )
+from mizuoto_sdk.parallel import PARALLEL_DOMAINS
 from mizuoto_sdk.params import Param, check_declaration, check_params
 from mizuoto_sdk.system import Library, Program, libraries_of, programs_of
 
@@ -153,6 +154,10 @@ def _reasons(value: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(value))
 
 
+def _parallel_domains(values: Iterable[str]) -> tuple[str, ...]:
+    return _names("parallel_domains", PARALLEL_DOMAINS, values) if values else ()
+
+
 def _check_api_version(
     instance: EngineManifest, attribute: attrs.Attribute[Any], value: str
 ) -> None:
@@ -181,6 +186,9 @@ class EngineManifest:
     ``programs`` and ``libraries`` name what the engine needs beyond Python packages (see
     ``Program``, ``Library``): ``mizuoto engines`` and ``mizuoto doctor`` report the missing ones
     with their install command, and loading the engine fails with ``engine_unavailable``.
+    ``parallel_domains`` names the parts of ``mizuoto_sdk.parallel.PARALLEL_DOMAINS`` the engine
+    can split across ranks (``("dense", "attention")``); a config that splits any other is
+    refused before a worker starts. None declared: one rank per replica.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -200,6 +208,7 @@ class EngineManifest:
     params: tuple[Param, ...] = attrs.field(default=(), converter=check_declaration)
     programs: tuple[Program, ...] = attrs.field(default=(), converter=programs_of)
     libraries: tuple[Library, ...] = attrs.field(default=(), converter=libraries_of)
+    parallel_domains: tuple[str, ...] = attrs.field(default=(), converter=_parallel_domains)
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

@@ -56,6 +56,7 @@ class _Row(TypedDict):
     extras: list[_Extra]
     missing_programs: list[Missing]
     params: list[dict[str, object]]
+    parallel_domains: list[str]
     api_version: str | None
     uses_torch: bool | None
     entry_point: str
@@ -102,6 +103,7 @@ def _row(record: EngineRecord) -> _Row:
         "extras": _extras(record),
         "missing_programs": missing_requirements(manifest) if manifest else [],
         "params": [param.describe() for param in manifest.params] if manifest else [],
+        "parallel_domains": list(manifest.parallel_domains) if manifest else [],
         "api_version": manifest.api_version if manifest else None,
         "uses_torch": manifest.uses_torch if manifest else None,
         "entry_point": record.entry_point,
@@ -142,6 +144,8 @@ def engines(args: argparse.Namespace) -> int:
             print(f"  {row['id']}: optional extras not installed: {_pip_install(missing)}")
         for need in row["missing_programs"]:
             print(f"  {row['id']}: {_missing_line(need)}")
+        if row["parallel_domains"]:
+            print(f"  {row['id']}: splits across ranks: {', '.join(row['parallel_domains'])}")
         if row["error"]:
             print(f"  {row['id']} ({row['status']}): {str(row['error']).splitlines()[0]}")
     return 0

@@ -17,6 +17,7 @@ from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import DEFAULTS, Settings
 from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.parallel import ParallelConfig, check_declared
 from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
 from mizuoto_sdk.serving.processes import WorkerSpec
@@ -141,7 +142,13 @@ class RuntimeService:
         manifest = self.discovery.manifest(engine_id)
         fields = {name: self.settings.engine(engine_id, name) for name in DEPLOYMENT_FIELDS}
         device = device or self.settings.engine(engine_id, "device") or "cpu"
-        return plan_deployment(engine_id, fields, manifest.devices, device)
+        parallel = ParallelConfig.from_mapping(
+            self.settings.engine(engine_id, "parallel"), f"engines.{engine_id}.parallel"
+        )
+        check_declared(manifest, parallel)
+        if parallel.ranks > 1:  # the engine's own limits; its class imports without torch
+            self.discovery.get_engine(engine_id).validate_parallel(parallel, parallel.ranks)
+        return plan_deployment(engine_id, fields, manifest.devices, device, parallel)
 
     def _replicated(
         self,

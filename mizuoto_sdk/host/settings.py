@@ -7,6 +7,9 @@ changing one unloads that engine so the next request reloads it with the new val
 the deployment keys (``replicas``, ``devices``, ``deployment``, ``execution_timeout``,
 ``restart``, ``threads``) are checked here one by one and against each other and the engine's
 manifest by ``mizuoto_sdk.serving.plan`` before any worker process starts.
+``engines.<id>.parallel`` (how a replica is cut across ranks, ``mizuoto_sdk.parallel``) is a
+mapping stored whole; a dotted key under it (``engines.<id>.parallel.dense.tp_size``) sets one
+size and merges into it, and the merged config is checked whole.
 ``voices.roots`` names the folders a voice may be read from; ``models.cache`` the folder
 models are pulled into.
 
@@ -26,6 +29,7 @@ from typing import Any
 from mizuoto_sdk.compute import ATTENTION_POLICIES, ComputeSettings
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.manifest import canonical_dtype, device_type
+from mizuoto_sdk.parallel import ParallelConfig
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS
 
 
@@ -64,6 +68,10 @@ def _mapping(key: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
+def _parallel(key: str, value: object) -> dict[str, dict[str, int]]:
+    return ParallelConfig.from_mapping(value, key).as_mapping()
+
+
 def _folders(key: str, value: object) -> tuple[str, ...]:
     """A list of folder paths, stored absolute (relative ones are taken from the current folder
     when the setting is set, so a later change of folder does not move them)."""
@@ -100,6 +108,7 @@ ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "variant": _string,
     "options": _mapping,
     "pinned": _boolean,
+    "parallel": _parallel,
     **DEPLOYMENT_FIELDS,  # replicas, devices, deployment, execution_timeout, restart, threads
 }
 DEFAULTS: Mapping[str, object] = {
@@ -127,6 +136,7 @@ class Settings:
         self._compute: ComputeSettings | None = None
         for key, value in (values or {}).items():
             if self._known(key):
+                key, value = self._merged(key, value)
                 self._values[key] = self._validate(key, value)
 
     @property
@@ -144,11 +154,16 @@ class Settings:
         return self._values.get(f"engines.{engine_id}.{field}", default)
 
     def set(self, key: str, value: object) -> None:
-        """Validate and store ``value``; listeners hear of it only when it changed."""
+        """Validate and store ``value``; listeners hear of it only when it changed.
+
+        A key under ``engines.<id>.parallel`` merges into that mapping, which is what is stored
+        and what listeners hear of.
+        """
         if not self._known(key):
             return
-        value = self._validate(key, value)
-        with self._lock:
+        with self._lock:  # a merge reads the current mapping: check and store it in one step
+            key, value = self._merged(key, value)
+            value = self._validate(key, value)
             changed = self._values.get(key) != value
             self._values[key] = value
             if changed and key in DEFAULTS:
@@ -163,6 +178,39 @@ class Settings:
 
     def as_dict(self) -> dict[str, object]:
         return dict(self._values)
+
+    @staticmethod
+    def stored_key(key: str) -> str:
+        """The key a value set under ``key`` is stored as: ``engines.<id>.parallel`` for a key
+        below it, else ``key``."""
+        parts = key.split(".") if isinstance(key, str) else []
+        if len(parts) > 3 and parts[0] == "engines" and parts[2] == "parallel":
+            return ".".join(parts[:3])
+        return key
+
+    def _merged(self, key: str, value: object) -> tuple[str, object]:
+        """``(key, value)``, or for a key below ``engines.<id>.parallel`` that mapping's key and
+        the current mapping with ``value`` put at its place (checked whole by ``_validate``)."""
+        stored = self.stored_key(key)
+        if stored == key:
+            return key, value
+        below = key.split(".")[3:]
+        if len(below) > 2:
+            raise InvalidRequest(
+                f"{key}: expected {stored}.<domain>.<size> such as {stored}.dense.tp_size",
+                {"field": key},
+            )
+        current = self._values.get(stored)
+        merged: dict[str, object] = {}
+        for name, sizes in current.items() if isinstance(current, Mapping) else ():
+            merged[name] = dict(sizes) if isinstance(sizes, Mapping) else sizes
+        if len(below) == 1:
+            merged[below[0]] = value
+        else:
+            table = merged.setdefault(below[0], {})
+            if isinstance(table, dict):
+                table[below[1]] = value
+        return stored, merged
 
     @staticmethod
     def _known(key: object) -> bool:
@@ -189,6 +237,7 @@ class Settings:
             *(f"compute.{name}" for name in ComputeSettings.names()),
             *OTHER_KEYS,
             *(f"engines.<id>.{f}" for f in ENGINE_FIELDS),
+            "engines.<id>.parallel.<domain>.<size>",
         ]
         raise InvalidRequest(
             f"unknown setting {key!r}; known settings: {', '.join(known)}", {"field": key}

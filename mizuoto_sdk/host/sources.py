@@ -62,7 +62,7 @@ def effective_settings(
                 settings.set(key, value)
             except InvalidRequest as error:
                 raise _located(error, path, _line_of(text, key), key) from None
-            origin[key] = str(path)
+            origin[Settings.stored_key(key)] = str(path)
     for override, key, value in parsed:
         try:
             settings.set(key, value)
@@ -70,7 +70,7 @@ def effective_settings(
             raise InvalidRequest(
                 f"--set {override}: {error}", {"field": key, "source": OVERRIDE}
             ) from None
-        origin[key] = OVERRIDE
+        origin[Settings.stored_key(key)] = OVERRIDE
     return settings, {key: origin[key] for key in settings.as_dict() if key in origin}
 
 
@@ -129,11 +129,14 @@ def _file_values(path: Path, text: str) -> list[tuple[str, object]]:
 
 def _flatten(table: Mapping[str, Any], prefix: tuple[str, ...]) -> Iterator[tuple[str, object]]:
     """Dotted keys from nested tables; a whole key's value stays whole, even when it is a table
-    (``engines.<id>.options``)."""
+    (``engines.<id>.options``). ``engines.<id>.parallel`` goes down to its sizes, so that files
+    and ``--set`` each set only the sizes they name and the rest merge."""
     for name, value in table.items():
         path = (*prefix, name)
         key = ".".join(path)
-        whole = key in DEFAULTS or key in OTHER_KEYS or (len(path) == 3 and path[0] == "engines")
+        engine_key = len(path) == 3 and path[0] == "engines" and path[2] != "parallel"
+        sizes = path[0] == "engines" and len(path) > 4  # engines.<id>.parallel.<domain>.<size>
+        whole = key in DEFAULTS or key in OTHER_KEYS or engine_key or sizes
         if isinstance(value, dict) and not whole:
             yield from _flatten(value, path)
         else:

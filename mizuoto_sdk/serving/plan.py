@@ -17,6 +17,7 @@ import attrs
 
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.parallel import ParallelConfig
 
 __all__ = [
     "DEPLOYMENTS",
@@ -34,8 +35,6 @@ Restart = Literal["never", "on_failure"]
 
 DEPLOYMENTS: tuple[str, ...] = ("auto", "inline", "local", "external")
 RESTARTS: tuple[str, ...] = ("never", "on_failure")
-
-_RANKS = 1  # ranks per replica; model parallelism (more than one) comes in a later release
 
 
 def _whole(key: str, value: object, what: str) -> int:
@@ -139,7 +138,12 @@ def _same_ranks(instance: object, attribute: object, value: tuple[tuple[str, ...
 
 @attrs.frozen
 class Deployment:
-    """How one engine is served: where each replica runs and how failures are handled."""
+    """How one engine is served: where each replica runs and how failures are handled.
+
+    ``mode`` ``"external"``: this process is one rank of a replica whose processes a launcher
+    (torchrun) started; ``replicas`` is then that one replica, with the devices the settings
+    name, and the launcher decides how many processes there are.
+    """
 
     engine_id: str
     mode: Mode
@@ -150,10 +154,15 @@ class Deployment:
     execution_timeout: float | None = None
     restart: Restart = "never"
     threads: int | None = None
+    parallel: ParallelConfig = attrs.field(
+        factory=ParallelConfig, validator=attrs.validators.instance_of(ParallelConfig)
+    )
+    """How each replica is cut across its ranks."""
 
     @property
     def ranks(self) -> int:
-        """Ranks (processes) per replica."""
+        """Ranks (processes) per replica, as planned: ``parallel.ranks`` (for ``"external"``,
+        the devices listed)."""
         return len(self.replicas[0])
 
 
@@ -162,13 +171,16 @@ def plan_deployment(
     fields: Mapping[str, object],
     devices: Sequence[str],
     device: str | None = None,
+    parallel: ParallelConfig | None = None,
 ) -> Deployment:
     """The deployment of ``engine_id``, or an ``InvalidRequest`` naming the setting to fix.
 
     ``fields``: the engine's settings by field name; a missing field or None takes its default,
     and fields that are not deployment settings are ignored. ``devices``: the device types the
     engine's manifest supports. ``device``: the engine's device (default ``"cpu"``), used for
-    every replica when ``engines.<id>.devices`` is unset; when it is set, it wins.
+    every replica when ``engines.<id>.devices`` is unset; when it is set, it wins. ``parallel``:
+    the engine's ``engines.<id>.parallel`` (default: one rank per replica); the devices are one
+    per rank of every replica, replicas x ranks in all.
     """
     values = {
         name: (
@@ -181,20 +193,25 @@ def plan_deployment(
     replicas = cast(int, values["replicas"])
     listed = cast("tuple[str, ...] | None", values["devices"])
     deployment = cast(str, values["deployment"])
+    parallel = ParallelConfig() if parallel is None else parallel
+    ranks = parallel.ranks
     key = f"engines.{engine_id}"
 
     if deployment == "external":
-        raise InvalidRequest(
-            f'{key}.deployment: "external" (this process as one rank under a launcher such as '
-            "torchrun) comes with model parallelism and is not available in this release; "
-            'use "inline" (in this process) or "local" (worker processes), or leave it "auto"',
-            {"field": f"{key}.deployment"},
-        )
+        return _external(engine_id, values, devices, device, parallel)
     if deployment == "auto":
-        alone = replicas == 1 and _RANKS == 1 and listed is None
+        alone = replicas == 1 and ranks == 1 and listed is None
         deployment = "inline" if alone else "local"
-    if deployment == "inline" and (replicas > 1 or (listed is not None and len(listed) > 1)):
-        what = f"{replicas} replicas" if replicas > 1 else f"{len(listed or ())} devices"
+    if deployment == "inline" and (
+        replicas > 1 or ranks > 1 or (listed is not None and len(listed) > 1)
+    ):
+        what = (
+            f"{replicas} replicas"
+            if replicas > 1
+            else f"{ranks} ranks per replica ({key}.parallel)"
+            if ranks > 1
+            else f"{len(listed or ())} devices"
+        )
         raise InvalidRequest(
             f'{key}.deployment: "inline" runs one replica on one device in this process, but '
             f'the settings ask for {what}; set {key}.deployment = "local" (or "auto") to run '
@@ -205,15 +222,18 @@ def plan_deployment(
     if listed is None:
         chosen = "cpu" if device is None else device
         _check_device(engine_id, chosen, devices, "device", f"set {key}.device")
-        placed = [chosen] * (replicas * _RANKS)
+        placed = [chosen] * (replicas * ranks)
     else:
-        needed = replicas * _RANKS
+        needed = replicas * ranks
         if len(listed) != needed:
-            asked = f"{_count(replicas, 'replica')} of {_count(_RANKS, 'rank')}"
+            asked = f"{_count(replicas, 'replica')} of {_count(ranks, 'rank')}"
+            fix = f"list {needed}"
+            if len(listed) % ranks == 0:
+                fix += f" or set {key}.replicas = {len(listed) // ranks}"
             raise InvalidRequest(
                 f"{key}.devices lists {_count(len(listed), 'device')}; {asked} "
-                f"need{'s' if needed == 1 else ''} {needed}, one per rank of every replica; "
-                f"list {needed} or set {key}.replicas = {len(listed) // _RANKS or 1}",
+                f"need{'s' if needed == 1 else ''} {needed}, one per rank of every replica "
+                f"(ranks per replica from {key}.parallel); {fix}",
                 {"field": f"{key}.devices"},
             )
         for entry in listed:
@@ -223,10 +243,48 @@ def plan_deployment(
     return Deployment(
         engine_id=engine_id,
         mode=cast(Mode, deployment),
-        replicas=[placed[i : i + _RANKS] for i in range(0, len(placed), _RANKS)],
+        replicas=[placed[i : i + ranks] for i in range(0, len(placed), ranks)],
         execution_timeout=cast("float | None", values["execution_timeout"]),
         restart=cast(Restart, values["restart"]),
         threads=cast("int | None", values["threads"]),
+        parallel=parallel,
+    )
+
+
+def _external(
+    engine_id: str,
+    values: Mapping[str, object],
+    devices: Sequence[str],
+    device: str | None,
+    parallel: ParallelConfig,
+) -> Deployment:
+    """This process as one rank of the one replica a launcher started: the launcher, not the
+    settings, says how many processes there are, so only the devices' types are checked."""
+    key = f"engines.{engine_id}"
+    if values["replicas"] != 1:
+        raise InvalidRequest(
+            f'{key}.deployment: "external" runs one replica across the processes the launcher '
+            f"(torchrun) started, but {key}.replicas = {values['replicas']}; set "
+            f"{key}.replicas = 1, or run several launches",
+            {"field": f"{key}.replicas"},
+        )
+    listed = cast("tuple[str, ...] | None", values["devices"])
+    if listed is None:
+        chosen = "cpu" if device is None else device
+        _check_device(engine_id, chosen, devices, "device", f"set {key}.device")
+        placed = (chosen,) * parallel.ranks
+    else:
+        for entry in listed:
+            _check_device(engine_id, entry, devices, f"{key}.devices", f"change {key}.devices")
+        placed = listed
+    return Deployment(
+        engine_id=engine_id,
+        mode="external",
+        replicas=[placed],
+        execution_timeout=cast("float | None", values["execution_timeout"]),
+        restart=cast(Restart, values["restart"]),
+        threads=cast("int | None", values["threads"]),
+        parallel=parallel,
     )
 
 

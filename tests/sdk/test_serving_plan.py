@@ -195,12 +195,9 @@ def test_local_with_one_replica_runs_one_worker():
     assert (deployment.mode, deployment.replicas) == ("local", (("cpu",),))
 
 
-def test_external_is_refused_naming_what_works_now():
-    error = refused({"deployment": "external"})
-    assert error.detail["field"] == "engines.x.deployment"
-    message = str(error)
-    assert "not available in this release" in message
-    assert '"inline"' in message and '"local"' in message
+def test_external_is_one_replica_on_the_engine_device():
+    deployment = plan({"deployment": "external"})
+    assert (deployment.mode, deployment.replicas) == ("external", (("cpu",),))
 
 
 def test_a_deployment_value_is_frozen_and_checks_its_replicas():

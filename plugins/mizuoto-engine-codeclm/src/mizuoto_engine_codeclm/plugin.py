@@ -23,6 +23,7 @@ def mizuoto_engines() -> list[EngineManifest]:
             dtypes=["bf16", "fp16", "fp32"],
             stochastic=True,
             params=PARAMS,
+            parallel_domains=("dense", "attention"),
             description=(
                 "Text bytes -> codec tokens from a Qwen3 decoder -> audio from a causal "
                 "convolutional codec, streamed; a reference for neural engine authors."

@@ -52,7 +52,7 @@ class Groups:
     def start(
         cls,
         layout: Layout,
-        rank: int,
+        rank: int | None,
         *,
         init_method: str,
         backend: str = "gloo",
@@ -62,17 +62,39 @@ class Groups:
 
         Every rank of the replica calls this with the same layout. It initialises torch's default
         process group, which is process-global: call it once, in a worker process, at replica
-        start. torch.distributed wants every rank to create every group (even those it is not in)
-        in the same order, so groups are made name by name in ``GROUP_NAMES`` order.
+        start (or in a process an external launcher started for one rank). torch.distributed
+        wants every rank to create every group (even those it is not in) in the same order, so
+        groups are made name by name in ``GROUP_NAMES`` order.
+
+        ``rank`` None: the process's rank is the launcher's (``init_method="env://"``, where
+        torch reads what torchrun set); its world must have as many ranks as the layout.
         """
-        members = _check_layout(layout, rank)
-        world = members["world"]
         import torch.distributed as dist
 
         wait = datetime.timedelta(seconds=timeout)
-        dist.init_process_group(
-            backend, init_method=init_method, rank=rank, world_size=len(world), timeout=wait
-        )
+        if rank is None:
+            dist.init_process_group(backend, init_method=init_method, timeout=wait)
+            rank, launched = dist.get_rank(), dist.get_world_size()
+            needed = len(layout["world"][0]) if layout.get("world") else 0
+            if launched != needed:
+                dist.destroy_process_group()
+                raise InvalidRequest(
+                    f"the launcher started {launched} processes, and the parallel config needs "
+                    f"{needed} ranks: start {needed} (torchrun --nproc-per-node, --nnodes) or "
+                    "change engines.<id>.parallel",
+                    {"field": "parallel", "launched": launched, "needed": needed},
+                )
+            members = _check_layout(layout, rank)
+        else:
+            members = _check_layout(layout, rank)
+            dist.init_process_group(
+                backend,
+                init_method=init_method,
+                rank=rank,
+                world_size=len(members["world"]),
+                timeout=wait,
+            )
+        world = members["world"]
         made: dict[tuple[int, ...], ProcessGroup | None] = {world: None}  # None: the default group
         handles: dict[str, ProcessGroup | None] = {}
         for name in GROUP_NAMES:

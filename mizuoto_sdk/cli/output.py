@@ -157,7 +157,9 @@ def write_audio(
     processes for ``engines.<id>.replicas`` and friends), ``run(model, request)`` collected and
     written to ``target`` (a file, atomically, or standard output when None), then the report.
     ``source`` names the input in the message for an engine that yields nothing. The host is
-    closed before the command returns, so no worker outlives it."""
+    closed before the command returns, so no worker outlives it. Under an external launcher
+    (torchrun, ``deployment = external``) every rank runs the command; only the output rank
+    writes the audio, the others compute their part of it."""
     import time
 
     from mizuoto_sdk.audio import write_wav
@@ -170,10 +172,17 @@ def write_audio(
         manifest = service.discovery.manifest(args.engine)
         voice = local_voice(service.settings, args.voice)
         params = request_params(manifest, args.param, seed=args.seed, voice=voice)
+        model = service.load(args.engine, args.model, device=args.device, dtype=args.dtype)
+        if not getattr(model, "output", True):  # one rank under a launcher, not the output one
+            for _ in run(model, EngineRequest(params=params)):
+                pass  # it steps with the output rank, which writes the audio
+            print(
+                f"{model.name}: this rank computed its part; the output rank writes {args.output}"
+            )
+            return 0
         progress = Progress()
         try:
             with wav_output(target) as sink:
-                model = service.load(args.engine, args.model, device=args.device, dtype=args.dtype)
                 model.start()  # worker processes start now: their startup is part of the load
                 load_seconds = time.perf_counter() - started
                 progress.restart()  # the call's own time; loading is not part of it

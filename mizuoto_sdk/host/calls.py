@@ -78,6 +78,7 @@ class Call:
             progress=request.progress,
             text_input=request.text_input,
             manager=self._manager,
+            parallel=runtime.parallel if runtime is not None else None,  # this rank's groups
         )
         self._started = 0.0
         self.loaded_engine: LoadedEngine | None = None  # set when the call begins

@@ -207,7 +207,11 @@ class LocalEngine:
                 return
             engine, runtime = self.start(), self._runtime()
             self.host.make_room()
-            ctx = RequestContext(seed=0, settings=self.host.settings.as_dict())
+            ctx = RequestContext(
+                seed=0,
+                settings=self.host.settings.as_dict(),
+                parallel=runtime.parallel if self.manifest.uses_torch else None,
+            )
             started = time.perf_counter()
             loaded = None
             try:

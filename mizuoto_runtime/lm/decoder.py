@@ -20,11 +20,19 @@ from torch import Tensor, nn
 
 from mizuoto_runtime import ops
 from mizuoto_runtime.accel import MaskInfo
+from mizuoto_runtime.lm._deprecated import GONE, deprecated_arguments
 from mizuoto_runtime.lm.attention import hf_sdpa
 from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
 from mizuoto_runtime.lm.config import QwenConfig
 from mizuoto_runtime.lm.mask import mask_for
 from mizuoto_runtime.lm.rope import RopeState, Rotary, RotaryEmbedding, apply_rotary
+from mizuoto_runtime.lm.tensor_parallel import (
+    TensorParallelGroups,
+    TensorParallelLayer,
+    column_linear,
+    row_linear,
+    shard_state_dict,
+)
 from mizuoto_runtime.weights.loading import load_into, load_state_dict
 
 __all__ = ["LayerWeights", "QwenDecoder", "RMSNorm", "Weights", "layer_forward", "rms_norm"]
@@ -60,10 +68,16 @@ class RMSNorm(ops.default.RMSNorm):
 
 
 class Attention(nn.Module):
-    """``Qwen{2,3}Attention``'s parameters (its forward is ``attention_block``)."""
+    """``Qwen{2,3}Attention``'s parameters (its forward is ``attention_block``); split by heads
+    over ``attention_tp`` when ``tp`` is given (q/k/v column-parallel, o_proj row-parallel)."""
 
     def __init__(
-        self, config: QwenConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+        self,
+        config: QwenConfig,
+        tp: TensorParallelLayer | None = None,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         hidden, heads, kv_heads, dim = (
@@ -73,10 +87,11 @@ class Attention(nn.Module):
             config.head_dim,
         )
         kw: _Placement = {"dtype": dtype, "device": device}
-        self.q_proj = ops.default.Linear(hidden, heads * dim, bias=config.qkv_bias, **kw)
-        self.k_proj = ops.default.Linear(hidden, kv_heads * dim, bias=config.qkv_bias, **kw)
-        self.v_proj = ops.default.Linear(hidden, kv_heads * dim, bias=config.qkv_bias, **kw)
-        self.o_proj = ops.default.Linear(heads * dim, hidden, bias=config.o_bias, **kw)
+        on, qkv_bias = (None if tp is None else tp.groups, "attention_tp"), config.qkv_bias
+        self.q_proj = column_linear(hidden, heads * dim, *on, bias=qkv_bias, **kw)
+        self.k_proj = column_linear(hidden, kv_heads * dim, *on, bias=qkv_bias, **kw)
+        self.v_proj = column_linear(hidden, kv_heads * dim, *on, bias=qkv_bias, **kw)
+        self.o_proj = row_linear(heads * dim, hidden, *on, bias=config.o_bias, **kw)
         if config.qk_norm:
             self.q_norm = RMSNorm(dim, config.rms_norm_eps, **kw)
             self.k_norm = RMSNorm(dim, config.rms_norm_eps, **kw)
@@ -84,14 +99,20 @@ class Attention(nn.Module):
 
 class MLP(nn.Module):
     def __init__(
-        self, config: QwenConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+        self,
+        config: QwenConfig,
+        tp: TensorParallelLayer | None = None,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         kw: _Placement = {"dtype": dtype, "device": device}
         hidden, inner = config.hidden_size, config.intermediate_size
-        self.gate_proj = ops.default.Linear(hidden, inner, bias=False, **kw)
-        self.up_proj = ops.default.Linear(hidden, inner, bias=False, **kw)
-        self.down_proj = ops.default.Linear(inner, hidden, bias=False, **kw)
+        on = (None if tp is None else tp.groups, "dense_tp")  # gate/up by columns, down by rows
+        self.gate_proj = column_linear(hidden, inner, *on, bias=False, **kw)
+        self.up_proj = column_linear(hidden, inner, *on, bias=False, **kw)
+        self.down_proj = row_linear(inner, hidden, *on, bias=False, **kw)
 
 
 class DecoderLayer(nn.Module):
@@ -99,6 +120,7 @@ class DecoderLayer(nn.Module):
         self,
         config: QwenConfig,
         index: int,
+        tp: TensorParallelLayer | None = None,
         *,
         dtype: torch.dtype,
         device: torch.device | str | None = None,
@@ -106,8 +128,9 @@ class DecoderLayer(nn.Module):
         super().__init__()
         kw: _Placement = {"dtype": dtype, "device": device}
         self.config, self.index = config, index  # the index names its slot in the cache
-        self.self_attn = Attention(config, **kw)
-        self.mlp = MLP(config, **kw)
+        self.tp = tp
+        self.self_attn = Attention(config, tp, **kw)
+        self.mlp = MLP(config, tp, **kw)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
 
@@ -152,6 +175,7 @@ class DecoderLayer(nn.Module):
             mlp["gate_proj"]._parameters["weight"],
             mlp["up_proj"]._parameters["weight"],
             mlp["down_proj"]._parameters["weight"],
+            self.tp,
         )
 
 
@@ -173,6 +197,7 @@ class LayerWeights(NamedTuple):
     gate: Tensor
     up: Tensor
     down: Tensor
+    tp: TensorParallelLayer | None = None  # the sums of a layer split over ranks
 
 
 class Weights(NamedTuple):
@@ -208,7 +233,9 @@ def attention_block(
         k, v = cache.update(layer, k, v)  # [B, KV, S, D]
     scale = config.head_dim**-0.5
     out = hf_sdpa(q, k, v, mask, groups=config.groups, scale=scale, mask_info=mask_info)
-    out = out.reshape(batch, length, -1).contiguous()  # [B, L, H * D]
+    out = out.reshape(batch, length, -1).contiguous()  # [B, L, H * D] (this rank's heads)
+    if w.tp is not None:
+        return w.tp.attention_out(out, w.o, w.o_bias)  # summed over attention_tp
     return F.linear(out, w.o, w.o_bias)
 
 
@@ -226,7 +253,8 @@ def layer_forward(
     h = rms_norm(x, w.input_norm, eps)
     x = x + attention_block(w, h, rotary, mask, cache, layer, config, mask_info)
     h = rms_norm(x, w.post_norm, eps)
-    h = F.linear(F.silu(F.linear(h, w.gate)) * F.linear(h, w.up), w.down)  # SwiGLU MLP
+    h = F.silu(F.linear(h, w.gate)) * F.linear(h, w.up)  # SwiGLU MLP
+    h = F.linear(h, w.down) if w.tp is None else w.tp.mlp_out(h, w.down)  # summed over dense_tp
     return x + h
 
 
@@ -234,7 +262,12 @@ class Backbone(nn.Module):
     """``Qwen{2,3}Model``: embeddings, layers, final norm (held as ``model`` for the names)."""
 
     def __init__(
-        self, config: QwenConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+        self,
+        config: QwenConfig,
+        tp: TensorParallelLayer | None = None,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         kw: _Placement = {"dtype": dtype, "device": device}
@@ -242,7 +275,7 @@ class Backbone(nn.Module):
             config.vocab_size, config.hidden_size, config.pad_token_id, **kw
         )
         self.layers = nn.ModuleList(
-            DecoderLayer(config, index, **kw) for index in range(config.num_hidden_layers)
+            DecoderLayer(config, index, tp, **kw) for index in range(config.num_hidden_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, **kw)
         self.rotary_emb = RotaryEmbedding(config, device=device)
@@ -258,6 +291,11 @@ class QwenDecoder(nn.Module):
     Build it in the dtype it runs in: ``QwenDecoder(config, dtype=torch.bfloat16)`` keeps RoPE's
     ``inv_freq`` in float32, as ``from_pretrained(dtype=torch.bfloat16)`` does, whereas
     ``.to(torch.bfloat16)`` rounds it, as upstream's ``.to()`` does.
+
+    ``parallel`` (``mizuoto_runtime.parallel.Groups``) splits each layer over ranks: attention
+    heads over ``attention_tp``, the MLP over ``dense_tp`` (``lm.tensor_parallel``); the
+    embedding, final norm and lm_head stay whole on every rank, so every rank gets all logits.
+    Without it, or with groups of one rank, the layers are the plain ones, bit for bit.
     """
 
     def __init__(
@@ -266,10 +304,13 @@ class QwenDecoder(nn.Module):
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        parallel: TensorParallelGroups | None = None,
     ) -> None:
         super().__init__()
         self.config = config
-        self.model = Backbone(config, dtype=dtype, device=device)
+        tp = TensorParallelLayer.of(parallel, config)
+        self.local_config = config if tp is None else tp.local(config)  # its cache is that wide
+        self.model = Backbone(config, tp, dtype=dtype, device=device)
         self.lm_head = ops.default.Linear(
             config.hidden_size, config.vocab_size, bias=False, dtype=dtype, device=device
         )
@@ -283,17 +324,19 @@ class QwenDecoder(nn.Module):
         *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        parallel: TensorParallelGroups | None = None,
     ) -> QwenDecoder:
         """Load a directory written by transformers' ``save_pretrained`` (config + safetensors).
 
         Weights already in ``dtype`` on ``device`` are used as they are (memory-mapped); others are
-        converted, as ``from_pretrained(dtype=...)`` converts them.
+        converted, as ``from_pretrained(dtype=...)`` converts them. With ``parallel``, each rank
+        takes its slice of the same full checkpoint.
         """
         config = QwenConfig.from_pretrained(model_dir)
         with torch.device("meta"):
-            decoder = cls(config, dtype=dtype)
+            decoder = cls(config, dtype=dtype, parallel=parallel)
         state = load_state_dict(model_dir, device=device)
-        load_into(decoder, state, cast=True)
+        load_into(decoder, shard_state_dict(decoder, state), cast=True)
         decoder.model.rotary_emb = RotaryEmbedding(config, device=device)
         return decoder.eval()
 
@@ -311,7 +354,7 @@ class QwenDecoder(nn.Module):
         cache: Cache
         if kind == "static":
             cache = BufferCache(
-                self.config, batch, max_length, dtype=self.dtype, device=self.device
+                self.local_config, batch, max_length, dtype=self.dtype, device=self.device
             )
         elif kind == "dynamic":
             cache = DynamicCache(self.config, reserve=max_length)
@@ -337,7 +380,7 @@ class QwenDecoder(nn.Module):
         ``positions`` [B or 1, L] default to the tokens after what it holds; ``padding_mask``
         [B, held + L] (1 = real token) is generate's 2D attention mask, for left-padded batches.
         """
-        advance = _deprecated_arguments(deprecated)
+        advance = deprecated_arguments(deprecated)
         config = self.config
         batch, length = input_ids.shape
         offset = 0 if cache is None else cache.offset
@@ -395,7 +438,7 @@ class QwenDecoder(nn.Module):
 
     def weights(self) -> Weights:
         """Deprecated: the forward reads its parameters itself."""
-        warnings.warn(_GONE.format("QwenDecoder.weights()"), DeprecationWarning, stacklevel=2)
+        warnings.warn(GONE.format("QwenDecoder.weights()"), DeprecationWarning, stacklevel=2)
         return Weights(
             self.model.embed_tokens.weight,
             tuple(cast(DecoderLayer, layer).weights() for layer in self.model.layers),
@@ -405,22 +448,5 @@ class QwenDecoder(nn.Module):
 
     def rotary_table(self, length: int) -> Rotary | None:
         """Deprecated: the forward computes RoPE itself."""
-        warnings.warn(_GONE.format("QwenDecoder.rotary_table()"), DeprecationWarning, stacklevel=2)
+        warnings.warn(GONE.format("QwenDecoder.rotary_table()"), DeprecationWarning, stacklevel=2)
         return self.model.rotary_emb.table(length, self.dtype)
-
-
-_GONE = "{} is deprecated and goes in the next release; decoders compute without it"
-
-
-def _deprecated_arguments(arguments: dict[str, object]) -> bool:
-    """forward's old ``weights=`` and ``rotary=`` (lookups it now does itself, the same tensors
-    and the same bits) are ignored; ``advance=False`` still leaves the cache's counters alone.
-    Returns whether to advance the cache."""
-    unknown = set(arguments) - {"weights", "rotary", "advance"}
-    if unknown:
-        raise TypeError(f"QwenDecoder.forward() got unexpected keyword arguments {sorted(unknown)}")
-    for name in arguments:
-        warnings.warn(
-            _GONE.format(f"QwenDecoder.forward({name}=)"), DeprecationWarning, stacklevel=3
-        )
-    return bool(arguments.get("advance", True))

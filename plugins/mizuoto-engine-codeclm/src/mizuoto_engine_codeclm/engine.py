@@ -44,7 +44,10 @@ class CodecLMEngine(Engine):
         if spec.model_dir is None:
             raise EngineError(f"model {spec.model_id!r} has no files to load")
         config, decoder, codec = load_model(
-            spec.model_dir, dtype=getattr(torch, spec.dtype), device=spec.device
+            spec.model_dir,
+            dtype=getattr(torch, spec.dtype),
+            device=spec.device,
+            parallel=runtime.parallel,  # several ranks: each holds its share of the decoder
         )
         name = f"codeclm/{spec.model_id}"
         handles = (

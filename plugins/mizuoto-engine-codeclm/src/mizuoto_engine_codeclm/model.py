@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from mizuoto_engine_codeclm.tokenizer import ByteTokenizer, TokenConfig
 from mizuoto_runtime import Compiled, QwenConfig, QwenDecoder, load_into, load_state_dict, ops
+from mizuoto_runtime.lm.tensor_parallel import TensorParallelGroups, shard_state_dict
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -234,29 +235,43 @@ class CodecStream:
 
 
 class CodecLM(nn.Module):
-    """The checkpoint's layout: ``decoder.*`` is a QwenDecoder, ``codec.*`` the Codec."""
+    """The checkpoint's layout: ``decoder.*`` is a QwenDecoder, ``codec.*`` the Codec.
+
+    With ``parallel`` groups of several ranks the decoder is split (attention and dense TP);
+    the codec is whole on every rank.
+    """
 
     def __init__(
-        self, config: ModelConfig, *, dtype: torch.dtype, device: torch.device | str | None = None
+        self,
+        config: ModelConfig,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str | None = None,
+        parallel: TensorParallelGroups | None = None,
     ) -> None:
         super().__init__()
-        self.decoder = QwenDecoder(config.decoder, dtype=dtype, device=device)
+        self.decoder = QwenDecoder(config.decoder, dtype=dtype, device=device, parallel=parallel)
         self.codec = Codec(config.codec, dtype=dtype, device=device)
 
 
 def load_model(
-    model_dir: str | Path, *, dtype: torch.dtype, device: torch.device | str
+    model_dir: str | Path,
+    *,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    parallel: TensorParallelGroups | None = None,
 ) -> tuple[ModelConfig, QwenDecoder, Codec]:
     """config.json and model.safetensors from ``model_dir``, strictly, cast to ``dtype``.
 
     A missing, unexpected, mis-shaped key is a ``LoadError`` naming it: a weights file that does
-    not match its config is a broken install, never something to load halfway.
+    not match its config is a broken install, never something to load halfway. With
+    ``parallel``, each rank takes its slice of the same full file.
     """
     model_dir = Path(model_dir)
     config = ModelConfig.from_file(model_dir / CONFIG_FILE)
     # Built where it runs: ops.default layers allocate without drawing, and a few MB of empty
     # tensors cost less than building on "meta" (whose RoPE table goes through torch's refs).
-    model = CodecLM(config, dtype=dtype, device=device)
+    model = CodecLM(config, dtype=dtype, device=device, parallel=parallel)
     state = load_state_dict(model_dir / WEIGHTS_FILE, device=device)
-    load_into(model, state, cast=True)
+    load_into(model, shard_state_dict(model, state), cast=True)
     return config, model.decoder.eval(), model.codec.eval()

@@ -56,7 +56,7 @@ def prepare_voice(args: argparse.Namespace) -> int:
             load_seconds = time.perf_counter() - started
             progress.restart()
             request = EngineRequest(params=params, progress=progress)
-            result = handle.prepare_voice(recording, args.output, request)
+            result = handle.prepare_voice(recording, args.output, request) or {}
         except BaseException:
             progress.abandon()
             raise

@@ -59,3 +59,7 @@ class Lockstep:
         self._groups.broadcast(data, src=0, group="world")
         raw = data.numpy().tobytes()
         return json.loads(raw[:length]), raw[length:]
+
+    def close(self) -> None:
+        """Leave the ranks' process groups (a rank process does, as it stops)."""
+        self._groups.close()

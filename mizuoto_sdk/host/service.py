@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
-from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_sdk.host.deploy import external_model, replicated_model
+from mizuoto_sdk.host.external import ExternalModel
 from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
-from mizuoto_sdk.host.settings import DEFAULTS, Settings
+from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import device_type
 from mizuoto_sdk.parallel import ParallelConfig, check_declared
 from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
-from mizuoto_sdk.serving.processes import WorkerSpec
-from mizuoto_sdk.serving.workers import ProcessReplica
 
 if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
@@ -32,9 +30,10 @@ _BYTE_FIELDS = ("resident_bytes", "streamed_bytes", "host_bytes")
 WORKER = "mizuoto_sdk.host.worker:serve"
 """The function a worker process of a local deployment runs (``host/worker.py``)."""
 
-ServedModel = LocalModel | ReplicatedModel
-"""What ``RuntimeService.load`` returns: the model in this process (``mode == "inline"``) or
-served by worker processes (``mode == "local"``); both answer the same calls."""
+ServedModel = LocalModel | ReplicatedModel | ExternalModel
+"""What ``RuntimeService.load`` returns: the model in this process (``mode == "inline"``),
+served by worker processes (``mode == "local"``), or this process's rank of it under an external
+launcher (``mode == "external"``); all answer the same calls."""
 _COMPONENT_FIELDS = ("name", *_BYTE_FIELDS, "state")
 
 
@@ -63,6 +62,7 @@ class RuntimeService:
         self.worker = worker
         self._engines: dict[tuple[str, str], LocalEngine] = {}
         self._served: dict[tuple[object, ...], ReplicatedModel] = {}
+        self._external: dict[tuple[object, ...], ExternalModel] = {}
         self._runtime: Runtime | None = None
         self.registry_lock = threading.RLock()
         self.settings.subscribe(self._setting_changed)
@@ -131,9 +131,17 @@ class RuntimeService:
             json.dumps(options or {}, sort_keys=True, default=repr),
         )
         with self.registry_lock:
+            if deployment.mode == "external":
+                external = self._external.get(key)
+                if external is None or external.closed:
+                    external = external_model(
+                        self, deployment, model, dtype, variant, options or {}
+                    )
+                    self._external[key] = external
+                return external
             served = self._served.get(key)
             if served is None or served.closed:
-                served = self._replicated(deployment, model, dtype, variant, options or {})
+                served = replicated_model(self, deployment, model, dtype, variant, options or {})
                 self._served[key] = served
             return served
 
@@ -150,51 +158,6 @@ class RuntimeService:
             self.discovery.get_engine(engine_id).validate_parallel(parallel, parallel.ranks)
         return plan_deployment(engine_id, fields, manifest.devices, device, parallel)
 
-    def _replicated(
-        self,
-        deployment: Deployment,
-        model: str | None,
-        dtype: str | None,
-        variant: str | None,
-        options: Mapping[str, object],
-    ) -> ReplicatedModel:
-        engine_id = deployment.engine_id
-        manifest = self.discovery.manifest(engine_id)
-        if self.discovery.in_process(engine_id):
-            raise InvalidRequest(
-                f"engine {engine_id!r} is registered in this process (Discovery(plugins=...)), "
-                "which a worker process cannot import: install it as a distribution, or set "
-                f"engines.{engine_id}.deployment = inline",
-                {"field": f"engines.{engine_id}.deployment", "engine": engine_id},
-            )
-        entry = manifest.model(model or self.settings.engine(engine_id, "model"))
-        values = self.settings.as_dict()
-        config = {
-            "engine": engine_id,
-            "model": entry.id,
-            "dtype": dtype,
-            "variant": variant,
-            "options": dict(options),
-            "settings": {k: v for k, v in values.items() if k not in DEFAULTS or DEFAULTS[k] != v},
-            "discovery": self.discovery.arguments(),
-            "threads": deployment.threads or _threads(),
-        }
-        replicas = [
-            ProcessReplica(
-                index,
-                [
-                    WorkerSpec(self.worker, {**config, "device": d}, d, index * len(devices) + rank)
-                    for rank, d in enumerate(devices)
-                ],
-                engine_id=engine_id,
-                execution_timeout=deployment.execution_timeout,
-                restart=deployment.restart,
-            )
-            for index, devices in enumerate(deployment.replicas)
-        ]
-        placed = sorted({d for devices in deployment.replicas for d in devices})
-        return ReplicatedModel(f"{engine_id}/{entry.id}@{'+'.join(placed)}", manifest, replicas)
-
     def served(self) -> list[ReplicatedModel]:
         """The models served by worker processes (open ones)."""
         with self.registry_lock:
@@ -208,8 +171,11 @@ class RuntimeService:
         """
         with self.registry_lock:
             served, self._served = list(self._served.values()), {}
+            external, self._external = list(self._external.values()), {}
         for replicated in served:
             replicated.close()
+        for rank in external:
+            rank.close()
         for model in self.models():
             model.close()
 
@@ -391,10 +357,3 @@ class RuntimeService:
                 model.close()
             unloaded = self.unload(parts[1])
             log.info("%s changed: unloaded %s", key, ", ".join(unloaded) or "nothing")
-
-
-def _threads() -> int | None:
-    """This process's torch thread count, if torch is imported; else None (a worker then keeps
-    torch's default, which is what this process would get)."""
-    torch = sys.modules.get("torch")
-    return None if torch is None else int(torch.get_num_threads())

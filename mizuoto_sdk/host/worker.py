@@ -29,6 +29,7 @@ from mizuoto_sdk.frames import (
     decode,
     encode,
 )
+from mizuoto_sdk.host.binding import bind_process
 from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.lockstep import Lockstep
 from mizuoto_sdk.host.model import LocalModel
@@ -92,6 +93,8 @@ def serve(connection: Connection, config: Mapping[str, Any]) -> None:
     for served in list(running.values()):
         served.request.cancel()
     service.close()
+    if lockstep is not None:
+        lockstep.close()
 
 
 def _finish(served: ServedRequest, running: dict[int, ServedRequest]) -> None:
@@ -114,7 +117,7 @@ def _load(config: Mapping[str, Any]) -> tuple[RuntimeService, LocalModel, Lockst
     engine = service.engine(config["engine"], config["device"])
     lockstep = None
     if engine.manifest.uses_torch:
-        _bind(config["device"], config.get("threads"))
+        bind_process(config["device"], config.get("threads"))
         if config.get("rendezvous"):  # a replica of several ranks: its named groups first
             from mizuoto_runtime.parallel import Groups
 
@@ -130,16 +133,6 @@ def _load(config: Mapping[str, Any]) -> tuple[RuntimeService, LocalModel, Lockst
         config["model"], dtype=config["dtype"], variant=config["variant"], options=config["options"]
     )
     return service, model, lockstep
-
-
-def _bind(device: str, threads: int | None) -> None:
-    """The worker's own process state, set once before the model loads."""
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
 
 
 def _exit_with_parent(parent: int) -> None:

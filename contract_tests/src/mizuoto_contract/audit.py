@@ -122,11 +122,11 @@ HINTS: Mapping[str, str] = {
 }
 _MODULES = {"torch", "os", "sys", "numpy", "random", "logging", "warnings", "builtins"}
 # (path glob relative to the scanned root, function name or "*", rule): exempt.
-# A worker process is the host's own: setting its thread count and device at startup is the one
-# process-state change DESIGN.md allows there.
+# A rank process (a worker, or one an external launcher started) is the host's own: setting its
+# thread count and device at startup is the one process-state change allowed there.
 DEFAULT_ALLOW: tuple[tuple[str, str, str], ...] = (
     ("*mizuoto_runtime/accel/*", "*", "attention"),
-    ("*mizuoto_sdk/host/worker.py", "_bind", "torch_global"),
+    ("*mizuoto_sdk/host/binding.py", "bind_process", "torch_global"),
 )
 DEFAULT_EXCLUDE: tuple[str, ...] = (
     "tests/*",

@@ -1,4 +1,4 @@
-"""Declares the ``faulty`` engine without importing it: numpy only, never torch."""
+"""Declares the ``faulty`` and ``ranked`` engines without importing them (nor torch)."""
 
 from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl
 
@@ -24,5 +24,19 @@ def mizuoto_engines():
                 Param("at", "int", 0, minimum=0, help="the chunk the fault comes before"),
                 Param("delay", "float", 0.2, minimum=0, help="seconds before each chunk (slow)"),
             ],
-        )
+        ),
+        # A torch engine whose replica may span ranks: each chunk is an all-reduce over dense_tp
+        # of what every rank holds, so the audio says how many ranks took part.
+        EngineManifest(
+            id="ranked",
+            implementation="mizuoto_fixture_serving.ranked:RankedEngine",
+            models=[ModelEntry("default")],
+            capabilities=["synthesize", "call"],
+            devices=["cpu"],
+            parallel_domains=["dense"],
+            params=[
+                Param("chunks", "int", 3, minimum=1, help="how many chunks a stream yields"),
+                Param("hold", "float", 0.0, minimum=0, help="seconds each chunk takes"),
+            ],
+        ),
     ]

@@ -1,0 +1,135 @@
+"""The handle a deployment asks for, beyond one replica in this process.
+
+``local``: a ``ReplicatedModel`` over worker processes (``mizuoto_sdk.serving``), each worker
+told what to load, with which settings and engines, and, in a replica of several ranks, its part
+of the parallel layout. ``external``: an ``ExternalModel``, this process being one rank that an
+external launcher (torchrun) started.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from mizuoto_sdk.errors import InvalidRequest
+from mizuoto_sdk.host.binding import bind_process
+from mizuoto_sdk.host.external import ExternalModel
+from mizuoto_sdk.host.settings import DEFAULTS
+from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.serving.handle import ReplicatedModel
+from mizuoto_sdk.serving.processes import WorkerSpec
+from mizuoto_sdk.serving.workers import ProcessReplica
+
+if TYPE_CHECKING:
+    from mizuoto_runtime.runtime import Runtime
+    from mizuoto_sdk.discovery import Discovery
+    from mizuoto_sdk.host.local import LocalEngine
+    from mizuoto_sdk.host.settings import Settings
+    from mizuoto_sdk.serving.plan import Deployment
+
+
+class DeployingHost(Protocol):
+    """What building a deployment needs from the host (``RuntimeService`` is one)."""
+
+    discovery: Discovery
+    settings: Settings
+    worker: str
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    def engine(self, engine_id: str, device: str | None = None) -> LocalEngine: ...
+
+
+def replicated_model(
+    service: DeployingHost,
+    deployment: Deployment,
+    model: str | None,
+    dtype: str | None,
+    variant: str | None,
+    options: Mapping[str, object],
+) -> ReplicatedModel:
+    """A handle whose replicas run in worker processes (started on its first request)."""
+    engine_id = deployment.engine_id
+    discovery, settings = service.discovery, service.settings
+    manifest = discovery.manifest(engine_id)
+    if discovery.in_process(engine_id):
+        raise InvalidRequest(
+            f"engine {engine_id!r} is registered in this process (Discovery(plugins=...)), "
+            "which a worker process cannot import: install it as a distribution, or set "
+            f"engines.{engine_id}.deployment = inline",
+            {"field": f"engines.{engine_id}.deployment", "engine": engine_id},
+        )
+    entry = manifest.model(model or settings.engine(engine_id, "model"))
+    values = settings.as_dict()
+    config = {
+        "engine": engine_id,
+        "model": entry.id,
+        "dtype": dtype,
+        "variant": variant,
+        "options": dict(options),
+        "settings": {k: v for k, v in values.items() if k not in DEFAULTS or DEFAULTS[k] != v},
+        "discovery": discovery.arguments(),
+        "threads": deployment.threads or _threads(),
+        "layout": deployment.parallel.layout(),
+        "backend": _backend(deployment),
+    }
+    replicas = [
+        ProcessReplica(
+            index,
+            [
+                WorkerSpec(service.worker, {**config, "device": d}, d, index * len(devices) + rank)
+                for rank, d in enumerate(devices)
+            ],
+            engine_id=engine_id,
+            execution_timeout=deployment.execution_timeout,
+            restart=deployment.restart,
+        )
+        for index, devices in enumerate(deployment.replicas)
+    ]
+    placed = sorted({d for devices in deployment.replicas for d in devices})
+    return ReplicatedModel(f"{engine_id}/{entry.id}@{'+'.join(placed)}", manifest, replicas)
+
+
+def external_model(
+    service: DeployingHost,
+    deployment: Deployment,
+    model: str | None,
+    dtype: str | None,
+    variant: str | None,
+    options: Mapping[str, object],
+) -> ExternalModel:
+    """This process as one rank of the model, its rank the launcher's: it joins the launcher's
+    world (``env://``), takes its device (``devices`` by rank, wrapping around: list one node's
+    devices), and loads its part of the model."""
+    from mizuoto_runtime.parallel import Groups
+
+    groups = Groups.start(
+        deployment.parallel.layout(), None, init_method="env://", backend=_backend(deployment)
+    )
+    devices = deployment.replicas[0]
+    device = devices[groups.rank("world") % len(devices)]
+    bind_process(device, deployment.threads)
+    service.runtime.parallel = groups
+    try:
+        local = service.engine(deployment.engine_id, device).load(
+            model, dtype=dtype, variant=variant, options=options
+        )
+    except BaseException:
+        groups.close()
+        raise
+    return ExternalModel(local, groups)
+
+
+def _backend(deployment: Deployment) -> str:
+    """NCCL between CUDA devices, gloo otherwise (CPU)."""
+    kinds = {device_type(d) for devices in deployment.replicas for d in devices}
+    return "nccl" if kinds == {"cuda"} else "gloo"
+
+
+def _threads() -> int | None:
+    """This process's torch thread count, if torch is imported; else None (a worker then keeps
+    torch's default, which is what this process would get)."""
+    torch = sys.modules.get("torch")
+    return None if torch is None else int(torch.get_num_threads())

@@ -11,6 +11,7 @@ modules that do until a model is loaded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -24,6 +25,7 @@ from mizuoto_sdk import (
     LoadedEngine,
     LoadSpec,
     ModelHandle,
+    ParallelConfig,
     RequestContext,
     Runtime,
 )
@@ -36,6 +38,28 @@ if TYPE_CHECKING:
 
 
 class CodecLMEngine(Engine):
+    @classmethod
+    def validate_parallel(cls, parallel: ParallelConfig, replica_world_size: int) -> None:
+        """Heads are split whole over attention_tp and the MLP's inner width over dense_tp:
+        refuse sizes that do not divide the bundled decoder's, before any rank starts."""
+        decoder = json.loads((Path(__file__).parent / "weights" / "config.json").read_text())
+        decoder = decoder["decoder"]
+        attention = parallel.resolved("attention").tp_size
+        dense = parallel.resolved("dense").tp_size
+        heads, kv_heads = decoder["num_attention_heads"], decoder["num_key_value_heads"]
+        if heads % attention or kv_heads % attention:
+            raise InvalidRequest(
+                f"engines.codeclm.parallel: attention.tp_size={attention} must divide the "
+                f"decoder's {heads} attention heads and {kv_heads} key-value heads; use 1 or 2",
+                {"field": "engines.codeclm.parallel", "engine": "codeclm"},
+            )
+        if decoder["intermediate_size"] % dense:
+            raise InvalidRequest(
+                f"engines.codeclm.parallel: dense.tp_size={dense} must divide the decoder's "
+                f"intermediate size {decoder['intermediate_size']}",
+                {"field": "engines.codeclm.parallel", "engine": "codeclm"},
+            )
+
     def load(self, spec: LoadSpec, runtime: Runtime, ctx: RequestContext) -> LoadedEngine:
         import torch
 

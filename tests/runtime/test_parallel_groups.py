@@ -186,3 +186,24 @@ def test_the_context_and_the_runtime_hand_out_single_groups_unless_given_others(
     assert runtime.parallel is given
     with pytest.raises(TypeError, match="parallel: expected Groups"):
         runtime.parallel = None  # type: ignore[assignment]  # the wrong type on purpose
+
+
+def _nccl_rank(rank: int, init_method: str, out: str) -> None:
+    """One NCCL rank on its own GPU: dense_tp all-reduce of CUDA tensors."""
+    torch.cuda.set_device(rank)
+    groups = Groups.start(TWO, rank, init_method=init_method, backend="nccl", timeout=60.0)
+    try:
+        summed = groups.all_reduce(torch.full((4,), rank + 1.0, device="cuda"), group="dense_tp")
+        Path(out, f"{rank}.json").write_text(json.dumps(summed.cpu().tolist()))
+    finally:
+        groups.close()
+
+
+@pytest.mark.cuda
+def test_nccl_groups_reduce_cuda_tensors_across_two_gpus(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    mp.start_processes(_nccl_rank, args=(init, str(tmp_path)), nprocs=2, start_method="spawn")
+    for rank in range(2):
+        assert json.loads((tmp_path / f"{rank}.json").read_text()) == [3.0] * 4

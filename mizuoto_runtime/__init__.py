@@ -19,6 +19,8 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
 - acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
 - child processes killed on cancel: ``open_process``, ``run_process``
+- several ranks: ``Groups`` (named process groups), and ``ColumnParallelLinear``,
+  ``RowParallelLinear``, ``VocabParallelEmbedding``, ``shard_state_dict`` (tensor parallelism)
 """
 
 from __future__ import annotations
@@ -51,8 +53,15 @@ if TYPE_CHECKING:
     from mizuoto_runtime.lm.generate import generate
     from mizuoto_runtime.lm.memory import peak_bytes
     from mizuoto_runtime.lm.steps import DecoderSteps, LayerSteps
+    from mizuoto_runtime.lm.tensor_parallel import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
+        shard_state_dict,
+    )
     from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.ops import init_random
+    from mizuoto_runtime.parallel import Groups
     from mizuoto_runtime.process import open_process, run_process
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_runtime.sampling import (
@@ -117,6 +126,11 @@ _WHERE = {
     "resample": "mizuoto_runtime.audio",
     "find_voice": "mizuoto_runtime.voices",
     "voice_roots": "mizuoto_runtime.voices",
+    "Groups": "mizuoto_runtime.parallel",
+    "ColumnParallelLinear": "mizuoto_runtime.lm.tensor_parallel",
+    "RowParallelLinear": "mizuoto_runtime.lm.tensor_parallel",
+    "VocabParallelEmbedding": "mizuoto_runtime.lm.tensor_parallel",
+    "shard_state_dict": "mizuoto_runtime.lm.tensor_parallel",
     "open_process": "mizuoto_runtime.process",
     "run_process": "mizuoto_runtime.process",
 }
@@ -124,12 +138,14 @@ _WHERE = {
 __all__ = [
     "BufferCache",
     "CheckpointError",
+    "ColumnParallelLinear",
     "Compiled",
     "DecoderSteps",
     "DeviceProperties",
     "DeviceService",
     "DynamicCache",
     "Graphs",
+    "Groups",
     "InvalidSamplingParams",
     "LayerSteps",
     "LoadError",
@@ -137,9 +153,11 @@ __all__ = [
     "QwenConfig",
     "QwenDecoder",
     "RequestContext",
+    "RowParallelLinear",
     "Runtime",
     "SamplingParams",
     "Site",
+    "VocabParallelEmbedding",
     "accel",
     "attention",
     "compile_module",
@@ -165,6 +183,7 @@ __all__ = [
     "replace_prefixes",
     "resample",
     "run_process",
+    "shard_state_dict",
     "strip_prefix",
     "voice_roots",
 ]

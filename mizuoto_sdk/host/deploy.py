@@ -8,6 +8,7 @@ external launcher (torchrun) started.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -71,7 +72,7 @@ def replicated_model(
         "options": dict(options),
         "settings": {k: v for k, v in values.items() if k not in DEFAULTS or DEFAULTS[k] != v},
         "discovery": discovery.arguments(),
-        "threads": deployment.threads or _threads(),
+        "threads": deployment.threads or _threads(deployment),
         "layout": deployment.parallel.layout(),
         "backend": _backend(deployment),
     }
@@ -128,8 +129,16 @@ def _backend(deployment: Deployment) -> str:
     return "nccl" if kinds == {"cuda"} else "gloo"
 
 
-def _threads() -> int | None:
-    """This process's torch thread count, if torch is imported; else None (a worker then keeps
-    torch's default, which is what this process would get)."""
+def _threads(deployment: Deployment) -> int | None:
+    """A worker's torch thread count when ``engines.<id>.threads`` is unset.
+
+    A replica of one rank: this process's count if torch is imported, else None (the worker
+    keeps torch's default, which is what this process would get), so its output equals inline.
+    A replica of several ranks on the CPU has no inline output to equal, and its ranks wait on
+    each other at every collective, so they share the cores: cores / workers, at least 1.
+    """
+    workers = sum(len(devices) for devices in deployment.replicas)
+    if deployment.parallel.ranks > 1 and _backend(deployment) == "gloo":
+        return max(1, (os.cpu_count() or 1) // workers)
     torch = sys.modules.get("torch")
     return None if torch is None else int(torch.get_num_threads())

@@ -21,20 +21,32 @@ All three measurements run in one process, against peers measured in the same ru
    inline's, is its overhead, set beside ours: the local stream, and the local replica's
    ``collect`` (the whole audio in one frame, the pool's like for like). The pool has no stream,
    so its first chunk is its total.
+4. Tensor parallelism. Greedy decode on benchmarks/decode.py's mid checkpoint (~146M parameters,
+   float32, CPU) from its 16-token prompt: TP=2 (two spawned ranks over gloo, ``attention`` and
+   ``dense`` tp_size=2, one torch thread each) against TP=1 (one spawned process, with as many
+   threads as the two ranks have together, and with one). Decode tokens/s is (N - 1) /
+   (t(N) - t(1)), best of the repeats, so the prefill cancels out; the all-reduce time per token
+   is the time rank 0 spends inside its groups' ``all_reduce`` (wrapped with a timer here) over
+   the same difference. TP tokens are asserted equal to TP=1 tokens.
 
     python benchmarks/serving.py [--repeats 21] [--clients 4] [--requests 6] [--quick]
+                                 [--tp | --no-tp] [--tp-tokens 32] [--tp-repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
+import socket
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -176,6 +188,136 @@ def throughput(replicas: int, clients: int, requests: int, quick: bool) -> tuple
     return clients * requests / elapsed, threads
 
 
+def _tp_rank(rank: int, world: int, threads: int, init_method: str, root: str, run: dict) -> None:
+    """One rank of a TP run (or the whole TP=1 run): decode, time; rank 0 writes the record."""
+    import torch
+
+    from mizuoto_runtime.context import RequestContext
+    from mizuoto_runtime.lm import QwenDecoder, generate
+    from mizuoto_runtime.parallel import Groups
+    from mizuoto_sdk.parallel import AttentionParallelConfig, DenseParallelConfig, ParallelConfig
+
+    torch.set_num_threads(threads)  # this spawned process's own pool; the ranks share the cores
+    groups, reduce, inside = None, None, [0.0, 0]  # seconds inside all_reduce, calls
+    if world > 1:
+        split = ParallelConfig(
+            dense=DenseParallelConfig(tp_size=world),
+            attention=AttentionParallelConfig(tp_size=world),
+        )
+        groups = Groups.start(split.layout(), rank, init_method=init_method, timeout=120.0)
+        reduce = groups.all_reduce
+
+        def timed_reduce(tensor: torch.Tensor, group: str = "world") -> torch.Tensor:
+            start = time.perf_counter()
+            out = reduce(tensor, group)
+            inside[0] += time.perf_counter() - start
+            inside[1] += 1
+            return out
+
+        groups.all_reduce = timed_reduce  # an attribute of this object: the layers call it
+    try:
+        decoder = QwenDecoder.from_pretrained(Path(root, "mid"), parallel=groups)
+        ids = torch.tensor([run["prompt"]])
+
+        def decode(new: int) -> tuple[float, float, int, list[int]]:
+            """Seconds, seconds inside all_reduce, its calls, and the new tokens of one generate."""
+            if groups is not None:
+                groups.barrier()  # both ranks start the timed call together
+            before, count = inside
+            start = time.perf_counter()
+            with RequestContext().bind():
+                out = generate(decoder, ids, max_new_tokens=new)
+            seconds = time.perf_counter() - start
+            return seconds, inside[0] - before, inside[1] - count, out.new_tokens[0].tolist()
+
+        decode(run["tokens"])  # warm-up
+        full = one = (float("inf"), 0.0, 0, [])
+        for _ in range(run["repeats"]):
+            full, one = min(full, decode(run["tokens"])), min(one, decode(1))
+        hidden = torch.zeros(1, 1, decoder.config.hidden_size)
+        with torch.inference_mode():
+            costs = {"lm_head": median_seconds(lambda: decoder.lm_head(hidden))}
+            if reduce is not None and groups is not None:
+                groups.barrier()
+                costs["bare"] = median_seconds(lambda: reduce(hidden.clone(), "dense_tp"))
+    finally:
+        if groups is not None:
+            groups.close()
+    if rank == 0:
+        params = sum(p.numel() for p in {id(p): p for p in decoder.parameters()}.values())
+        record = {"full": full, "one": one, "costs": costs, "params": params * world}
+        Path(root, f"tp{world}x{threads}.json").write_text(json.dumps(record))
+
+
+def median_seconds(step: Callable[[], object], times: int = 200) -> float:
+    seconds = []
+    for _ in range(times):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def tensor_parallel(tokens: int, repeats: int) -> None:
+    """TP=2 against TP=1 greedy decode on decode.py's mid checkpoint; prints the table."""
+    import torch
+    import torch.multiprocessing as mp
+    from decode import CONFIGS, checkpoint  # benchmarks/ is on sys.path when this runs as a script
+
+    cores = os.cpu_count() or 1
+    vocab, seeded = CONFIGS["mid"]["vocab_size"], torch.Generator().manual_seed(1)
+    prompt = torch.randint(1, vocab, (16,), generator=seeded).tolist()  # decode.py's prompt
+    run = {"prompt": prompt, "tokens": tokens, "repeats": repeats}
+    setups = [(1, 2 if cores >= 2 else 1), (1, 1), (2, 1)]  # (ranks, torch threads each)
+    with tempfile.TemporaryDirectory() as root:
+        checkpoint("mid", Path(root, "mid"))
+        records = {}
+        for world, threads in setups:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                init_method = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+            mp.spawn(_tp_rank, args=(world, threads, init_method, root, run), nprocs=world)
+            written = Path(root, f"tp{world}x{threads}.json")
+            records[world, threads] = json.loads(written.read_text())
+    reference = records[setups[0]]["full"][3]
+    print(
+        f"\ntensor-parallel greedy decode, mid model ({records[setups[0]]['params'] / 1e6:.1f}M "
+        f"params, float32, CPU, gloo), 16-token prompt, {tokens} new tokens, best of {repeats}:"
+    )
+    print(
+        f"{'TP':>2} {'threads each':>12} {'tokens/s':>9} {'ms/token':>9} "
+        f"{'all-reduce/token':>16} {'calls/token':>11} {'tokens':>9}"
+    )
+    rates = {}
+    for (world, threads), record in records.items():
+        full, one = record["full"], record["one"]
+        decoded = tokens - 1
+        rates[world, threads] = decoded / max(full[0] - one[0], 1e-9)
+        reduce = (full[1] - one[1]) / decoded
+        calls = (full[2] - one[2]) / decoded
+        assert full[3] == reference, f"TP={world} tokens differ from TP=1 tokens"
+        same = "reference" if (world, threads) == setups[0] else "equal"
+        print(
+            f"{world:2} {threads:12} {rates[world, threads]:8.1f}/s "
+            f"{1e3 / rates[world, threads]:7.2f}ms "
+            + (f"{reduce * 1e3:14.2f}ms {calls:11.0f}" if world > 1 else f"{'-':>16} {'-':>11}")
+            + f" {same:>9}"
+        )
+    tp2 = records[2, 1]
+    print(
+        f"TP=2 / TP=1 ({setups[0][1]} threads): {rates[2, 1] / rates[setups[0]]:.2f}x; "
+        f"TP=2 / TP=1 (1 thread): {rates[2, 1] / rates[1, 1]:.2f}x"
+    )
+    share = (tp2["full"][1] - tp2["one"][1]) / (tp2["full"][0] - tp2["one"][0])
+    calls = (tp2["full"][2] - tp2["one"][2]) / (tokens - 1)
+    print(
+        f"TP=2 rank 0: {share:.0%} of each decode step inside all_reduce; a bare all-reduce of\n"
+        f"one token's hidden state: {tp2['costs']['bare'] * 1e6:.0f} us (median), x {calls:.0f} = "
+        f"{tp2['costs']['bare'] * calls * 1e3:.2f} ms; the lm_head (whole on every rank): "
+        f"{tp2['costs']['lm_head'] * 1e3:.2f} ms per token"
+    )
+
+
 def met(ok: bool) -> str:
     return "met" if ok else "missed"
 
@@ -185,13 +327,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=21, help="timed requests per path")
     parser.add_argument("--clients", type=int, default=4, help="concurrent client threads")
     parser.add_argument("--requests", type=int, default=6, help="requests per client")
+    parser.add_argument("--tp-tokens", type=int, default=32, help="new tokens per TP decode")
+    parser.add_argument("--tp-repeats", type=int, default=3, help="timed decodes per TP setup")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--tp", action="store_true", help="only the tensor-parallel section")
+    only.add_argument("--no-tp", action="store_true", help="skip the tensor-parallel section")
     parser.add_argument("--quick", action="store_true", help="a short run that checks the script")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.clients, args.requests = 3, 2, 1
+        args.tp_tokens, args.tp_repeats = 8, 1
     import torch  # only to report the thread count the host (and so each worker) uses
 
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, {torch.get_num_threads()} threads")
+    if not args.tp:
+        workers(args)
+    if not args.no_tp:
+        tensor_parallel(args.tp_tokens, args.tp_repeats)
+
+
+def workers(args: argparse.Namespace) -> None:
+    """Sections 1 to 3: overhead, the pool beside it, and throughput of replicas."""
     results = {engine_id: overhead(engine_id, args.repeats, args.quick) for engine_id in ENGINES}
 
     print(f"\noverhead of one local replica, median of {args.repeats} requests:")

@@ -51,6 +51,8 @@ KINDS: Mapping[str, int] = {
     "result": 7,
     "error": 8,
     "progress": 9,
+    "heartbeat": 10,
+    "refused": 11,
     # parent -> worker (and client -> agent)
     "request": 20,
     "next": 21,
@@ -58,6 +60,14 @@ KINDS: Mapping[str, int] = {
     "close": 23,
     "text": 24,
     "shutdown": 25,
+    # client -> agent (remote engines); an agent also sends ``file`` frames
+    "open": 26,
+    "load": 27,
+    "unload": 28,
+    "status": 29,
+    "have": 30,
+    "put": 31,
+    "file": 32,
 }
 _NAMES = {number: name for name, number in KINDS.items()}
 MAX_FRAME = 1 << 30

@@ -3,7 +3,8 @@
 ``local``: a ``ReplicatedModel`` over worker processes (``mizuoto_sdk.serving``), each worker
 told what to load, with which settings and engines, and, in a replica of several ranks, its part
 of the parallel layout. ``external``: an ``ExternalModel``, this process being one rank that an
-external launcher (torchrun) started.
+external launcher (torchrun) started. ``remote``: a ``RemoteModel``, the model running on a
+``mizuoto agent`` elsewhere (``remote.hosts.<name>.*``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.host.binding import bind_process
 from mizuoto_sdk.host.external import ExternalModel
+from mizuoto_sdk.host.paths import staged_folder
 from mizuoto_sdk.host.settings import DEFAULTS
 from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.remote.client import RemoteHost, RemoteReplica
+from mizuoto_sdk.remote.model import RemoteModel
 from mizuoto_sdk.serving.handle import ReplicatedModel
+from mizuoto_sdk.serving.plan import remote_device
 from mizuoto_sdk.serving.processes import WorkerSpec
 from mizuoto_sdk.serving.workers import ProcessReplica
 
@@ -91,6 +96,47 @@ def replicated_model(
     ]
     placed = sorted({d for devices in deployment.replicas for d in devices})
     return ReplicatedModel(f"{engine_id}/{entry.id}@{'+'.join(placed)}", manifest, replicas)
+
+
+def remote_model(
+    service: DeployingHost,
+    deployment: Deployment,
+    model: str | None,
+    dtype: str | None,
+    variant: str | None,
+    options: Mapping[str, object],
+) -> RemoteModel:
+    """A handle on the agent ``deployment.host`` names (it connects on its first request)."""
+    engine_id, settings = deployment.engine_id, service.settings
+    manifest = service.discovery.manifest(engine_id)
+    split = remote_device(deployment.replicas[0][0])
+    assert split is not None  # a remote deployment's device is <name>/<device>
+    name, device = split
+    fields = {
+        field: settings.get(f"remote.hosts.{name}.{field}")
+        for field in ("address", "token_file", "tls", "tls_ca")
+    }
+    for field in ("address", "token_file"):
+        if fields[field] is None:
+            key = f"remote.hosts.{name}.{field}"
+            raise InvalidRequest(
+                f"{key}: engines.{engine_id}.device names the agent {name!r}, whose {field} is "
+                f"not set; set {key}",
+                {"field": key, "engine": engine_id},
+            )
+    host = RemoteHost(
+        name,
+        str(fields["address"]),
+        str(fields["token_file"]),
+        tls=bool(fields["tls"]),
+        tls_ca=None if fields["tls_ca"] is None else str(fields["tls_ca"]),
+        heartbeat_timeout=float(settings.get("remote.heartbeat_timeout")),
+    )
+    entry = manifest.model(model or settings.engine(engine_id, "model"))
+    load = {"model": entry.id, "dtype": dtype, "variant": variant, "options": dict(options)}
+    replica = RemoteReplica(host, engine_id=engine_id, device=device, load=load)
+    label = f"{engine_id}/{entry.id}@{deployment.replicas[0][0]}"
+    return RemoteModel(label, manifest, replica, staged_folder)
 
 
 def external_model(

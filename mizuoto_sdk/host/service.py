@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
-from mizuoto_sdk.host.deploy import external_model, replicated_model
+from mizuoto_sdk.host.deploy import external_model, remote_model, replicated_model
 from mizuoto_sdk.host.external import ExternalModel
 from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
@@ -18,6 +18,7 @@ from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import device_type
 from mizuoto_sdk.parallel import ParallelConfig, check_declared
+from mizuoto_sdk.remote.model import RemoteModel
 from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
 
@@ -32,8 +33,9 @@ WORKER = "mizuoto_sdk.host.worker:serve"
 
 ServedModel = LocalModel | ReplicatedModel | ExternalModel
 """What ``RuntimeService.load`` returns: the model in this process (``mode == "inline"``),
-served by worker processes (``mode == "local"``), or this process's rank of it under an external
-launcher (``mode == "external"``); all answer the same calls."""
+served by worker processes (``mode == "local"``), this process's rank of it under an external
+launcher (``mode == "external"``), or on a ``mizuoto agent`` elsewhere (``mode == "remote"``, a
+``RemoteModel``, which is a ``ReplicatedModel``); all answer the same calls."""
 _COMPONENT_FIELDS = ("name", *_BYTE_FIELDS, "state")
 
 
@@ -141,7 +143,8 @@ class RuntimeService:
                 return external
             served = self._served.get(key)
             if served is None or served.closed:
-                served = replicated_model(self, deployment, model, dtype, variant, options or {})
+                build = remote_model if deployment.mode == "remote" else replicated_model
+                served = build(self, deployment, model, dtype, variant, options or {})
                 self._served[key] = served
             return served
 
@@ -266,6 +269,7 @@ class RuntimeService:
             "description": model.description,
             "mode": model.mode,
             "replicas": [r.as_dict() for r in replicas],
+            **({"host": model.host} if isinstance(model, RemoteModel) else {}),
         }
 
     def make_room(self) -> list[str]:
@@ -350,6 +354,16 @@ class RuntimeService:
 
     def _setting_changed(self, key: str, value: object) -> None:
         parts = key.split(".")
+        if parts[:2] == ["remote", "hosts"]:  # the next load connects with the new value
+            with self.registry_lock:
+                closing: list[ReplicatedModel] = [
+                    s
+                    for s in self._served.values()
+                    if isinstance(s, RemoteModel) and s.host == parts[2]
+                ]
+            for model in closing:
+                model.close()
+            return
         if parts[0] == "engines" and parts[2] != "pinned":
             with self.registry_lock:
                 closing = [s for s in self._served.values() if s.manifest.id == parts[1]]

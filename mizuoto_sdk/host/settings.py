@@ -20,6 +20,7 @@ fails later in a load.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import warnings
@@ -30,12 +31,14 @@ from mizuoto_sdk.compute import ATTENTION_POLICIES, ComputeSettings
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.manifest import canonical_dtype, device_type
 from mizuoto_sdk.parallel import ParallelConfig
-from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS
+from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, HOST_NAME, remote_device
 
 
 def _device(key: str, value: object) -> str:
+    """A device of this machine (``cuda:0``), or ``<name>/<device>`` on the agent ``<name>``."""
     try:
-        device_type(value)  # type: ignore[arg-type]  # raises TypeError for a non-string
+        if remote_device(value) is None:  # type: ignore[arg-type]  # None for a non-string
+            device_type(value)  # type: ignore[arg-type]  # raises TypeError for a non-string
     except (TypeError, ValueError) as error:
         raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
     return value  # type: ignore[return-value]  # device_type accepted it: a string
@@ -58,6 +61,39 @@ def _boolean(key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidRequest(f"{key}: expected true or false, got {value!r}", {"field": key})
     return value
+
+
+def _seconds(key: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise InvalidRequest(
+            f"{key}: expected a finite number of seconds > 0, got {value!r}", {"field": key}
+        )
+    return float(value)
+
+
+def _address(key: str, value: object) -> str:
+    """``HOST:PORT`` (an IPv6 host in brackets: ``[::1]:7373``)."""
+    host, colon, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    if not colon or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidRequest(
+            f"{key}: expected HOST:PORT such as 192.0.2.7:7373, got {value!r}", {"field": key}
+        )
+    return str(value)
+
+
+def _file(key: str, value: object) -> str:
+    """A file path, stored absolute (``~`` expanded); read when it is used."""
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise InvalidRequest(f"{key}: expected a file path, got {value!r}", {"field": key})
+    path = os.fspath(value)
+    if "\0" in path:
+        raise InvalidRequest(f"{key}: the path holds a NUL character", {"field": key})
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _mapping(key: str, value: object) -> dict[str, Any]:
@@ -100,6 +136,16 @@ def _folder(key: str, value: object) -> str:
 OTHER_KEYS: Mapping[str, Callable[[str, object], object]] = {
     "voices.roots": _folders,
     "models.cache": _folder,
+    # remote engines: how long the agent may be silent; how often an agent sends a heartbeat
+    "remote.heartbeat_timeout": _seconds,
+    "remote.heartbeat_interval": _seconds,
+}
+# remote.hosts.<name>.<field>: the agent an engine device "<name>/<device>" runs on.
+REMOTE_HOST_FIELDS: Mapping[str, Callable[[str, object], object]] = {
+    "address": _address,
+    "token_file": _file,
+    "tls": _boolean,
+    "tls_ca": _file,
 }
 ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
@@ -115,9 +161,18 @@ DEFAULTS: Mapping[str, object] = {
     **ComputeSettings().as_settings(),
     "voices.roots": (),
     "models.cache": None,  # None: $MIZUOTO_HOME/models, else the user data folder
+    "remote.heartbeat_timeout": 60.0,
+    "remote.heartbeat_interval": 5.0,
 }
 
-__all__ = ["ATTENTION_POLICIES", "DEFAULTS", "ENGINE_FIELDS", "OTHER_KEYS", "Settings"]
+__all__ = [
+    "ATTENTION_POLICIES",
+    "DEFAULTS",
+    "ENGINE_FIELDS",
+    "OTHER_KEYS",
+    "REMOTE_HOST_FIELDS",
+    "Settings",
+]
 
 Listener = Callable[[str, object], None]
 
@@ -233,11 +288,20 @@ class Settings:
         parts = key.split(".")
         if len(parts) == 3 and parts[0] == "engines" and parts[2] in ENGINE_FIELDS:
             return ENGINE_FIELDS[parts[2]](key, value)
+        if len(parts) == 4 and parts[:2] == ["remote", "hosts"] and parts[3] in REMOTE_HOST_FIELDS:
+            if not HOST_NAME.fullmatch(parts[2]):
+                raise InvalidRequest(
+                    f"{key}: {parts[2]!r} is not an agent name; a name is letters, digits, '-' "
+                    "and '_'",
+                    {"field": key},
+                )
+            return REMOTE_HOST_FIELDS[parts[3]](key, value)
         known = [
             *(f"compute.{name}" for name in ComputeSettings.names()),
             *OTHER_KEYS,
             *(f"engines.<id>.{f}" for f in ENGINE_FIELDS),
             "engines.<id>.parallel.<domain>.<size>",
+            *(f"remote.hosts.<name>.{f}" for f in REMOTE_HOST_FIELDS),
         ]
         raise InvalidRequest(
             f"unknown setting {key!r}; known settings: {', '.join(known)}", {"field": key}

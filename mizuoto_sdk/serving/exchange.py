@@ -13,22 +13,72 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mizuoto_sdk.errors import EngineError
 from mizuoto_sdk.frames import Frame, FrameError, chunk_from_frame, error_from_frame
 
 if TYPE_CHECKING:
+    from mizuoto_sdk.errors import WorkerFailed
     from mizuoto_sdk.request import EngineRequest
-    from mizuoto_sdk.serving.workers import Pending, ProcessReplica
+    from mizuoto_sdk.serving.routing import ReplicaStatus
+    from mizuoto_sdk.serving.workers import Pending
     from mizuoto_sdk.types import AudioChunk
 
 
 T = TypeVar("T")
 
 
+class Replica(Protocol):
+    """What a handle and its exchanges ask of a replica: ``serving.workers.ProcessReplica``
+    (worker processes) and ``remote.client.RemoteReplica`` (an agent elsewhere) are two."""
+
+    id: int
+    devices: tuple[str, ...]
+    metadata: dict[str, Any]
+
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def reserve(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def status(self) -> ReplicaStatus: ...
+
+    def start(self) -> None: ...
+
+    def open(
+        self, header: Mapping[str, object], payload: bytes, request: EngineRequest
+    ) -> Pending: ...
+
+    def send(
+        self,
+        kind: str,
+        header: Mapping[str, object],
+        payload: bytes = b"",
+        *,
+        every_rank: bool = False,
+    ) -> None: ...
+
+    def ask_next(self, pending: Pending) -> None: ...
+
+    def has_pending(self, pending: Pending) -> bool: ...
+
+    def finish(self, pending: Pending) -> None: ...
+
+    def fail(self, reason: str) -> None: ...
+
+    def failed_error(self, during: str) -> WorkerFailed: ...
+
+    def close(self) -> None: ...
+
+
 def stream(
-    replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
+    replica: Replica, header: Mapping[str, object], payload: bytes, request: EngineRequest
 ) -> Generator[AudioChunk, None, None]:
     """The chunks of a streaming request on ``replica`` (already reserved for it)."""
     pending = _open(replica, header, payload, request)  # asks for chunk 0 (and allows 1)
@@ -55,12 +105,24 @@ def stream(
 
 
 def run(
-    replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
+    replica: Replica,
+    header: Mapping[str, object],
+    payload: bytes,
+    request: EngineRequest,
+    files: Callable[[Frame], None] | None = None,
 ) -> Frame:
-    """The ``result`` (or ``chunk``, for a collected stream) frame that answers a request."""
+    """The ``result`` (or ``chunk``, for a collected stream) frame that answers a request.
+
+    ``files``: what to do with each ``file`` frame that comes before the answer (a remote
+    ``prepare_voice``); it raises ``FrameError`` or ``ValueError`` for a file it cannot take,
+    which fails the replica. Without it a ``file`` frame is unexpected.
+    """
     pending = _open(replica, header, payload, request)
     try:
         frame = pending.next_frame()
+        while frame.kind == "file" and files is not None:
+            _checked(replica, pending, files, frame)
+            frame = pending.next_frame()
         if frame.kind == "error":
             _write_back(request, frame)
             raise _checked(replica, pending, error_from_frame, frame)
@@ -79,7 +141,7 @@ def run(
 
 
 def _open(
-    replica: ProcessReplica, header: Mapping[str, object], payload: bytes, request: EngineRequest
+    replica: Replica, header: Mapping[str, object], payload: bytes, request: EngineRequest
 ) -> Pending:
     try:
         pending = replica.open(
@@ -95,7 +157,7 @@ def _open(
     return pending
 
 
-def _pump_text(replica: ProcessReplica, pending: Pending, source: queue.Queue[str | None]) -> None:
+def _pump_text(replica: Replica, pending: Pending, source: queue.Queue[str | None]) -> None:
     """Forward the caller's streaming text to the worker until it ends (None) or the call does."""
     while replica.has_pending(pending):
         try:
@@ -114,9 +176,7 @@ def _write_back(request: EngineRequest, frame: Frame) -> None:
     request.timings.update(header.get("timings") or {})
 
 
-def _checked(
-    replica: ProcessReplica, pending: Pending, read: Callable[[Frame], T], frame: Frame
-) -> T:
+def _checked(replica: Replica, pending: Pending, read: Callable[[Frame], T], frame: Frame) -> T:
     try:
         return read(frame)
     except (FrameError, TypeError, ValueError) as error:
@@ -124,6 +184,6 @@ def _checked(
         raise replica.failed_error(pending.capability) from None
 
 
-def _unexpected(replica: ProcessReplica, pending: Pending, frame: Frame) -> EngineError:
+def _unexpected(replica: Replica, pending: Pending, frame: Frame) -> EngineError:
     replica.fail(f"an unexpected {frame.kind} frame")
     return replica.failed_error(pending.capability)

@@ -26,7 +26,7 @@ from mizuoto_sdk.types import AudioChunk
 
 if TYPE_CHECKING:
     from mizuoto_sdk.manifest import EngineManifest
-    from mizuoto_sdk.serving.workers import ProcessReplica
+    from mizuoto_sdk.serving.exchange import Replica
 
 _INPUTS = {"synthesize": ("text",), "convert": ("audio",), "edit": ("audio", "text")}
 
@@ -41,9 +41,7 @@ class ReplicatedModel:
 
     mode = "local"
 
-    def __init__(
-        self, name: str, manifest: EngineManifest, replicas: Sequence[ProcessReplica]
-    ) -> None:
+    def __init__(self, name: str, manifest: EngineManifest, replicas: Sequence[Replica]) -> None:
         self.name = name
         self.manifest = manifest
         self._replicas = tuple(replicas)
@@ -223,7 +221,7 @@ class ReplicatedModel:
         request = self._request(request, header)
         return exchange.run(self._route(), header, payload, request)
 
-    def _route(self) -> ProcessReplica:
+    def _route(self) -> Replica:
         if self.closed:
             raise self._closed()
         self.start()
@@ -272,7 +270,7 @@ class ReplicatedModel:
         )
 
 
-def _start(replica: ProcessReplica, errors: list[BaseException]) -> None:
+def _start(replica: Replica, errors: list[BaseException]) -> None:
     try:
         replica.start()
     except BaseException as error:

@@ -10,6 +10,7 @@ worker is spawned rather than as a dead worker later.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal, cast
 
@@ -23,18 +24,43 @@ __all__ = [
     "DEPLOYMENTS",
     "DEPLOYMENT_DEFAULTS",
     "DEPLOYMENT_FIELDS",
+    "HOST_NAME",
     "RESTARTS",
     "Deployment",
     "Mode",
     "Restart",
     "plan_deployment",
+    "remote_device",
 ]
 
-Mode = Literal["inline", "local", "external"]
+Mode = Literal["inline", "local", "external", "remote"]
 Restart = Literal["never", "on_failure"]
 
 DEPLOYMENTS: tuple[str, ...] = ("auto", "inline", "local", "external")
 RESTARTS: tuple[str, ...] = ("never", "on_failure")
+
+
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+"""An agent's name: the ``<name>`` of ``remote.hosts.<name>`` and of ``<name>/<device>``."""
+
+
+def remote_device(device: str) -> tuple[str, str] | None:
+    """``"box/cuda:0"`` -> ``("box", "cuda:0")``: the agent's name (``remote.hosts.<name>``) and
+    its device; None for a device of this machine. ``ValueError`` names what is wrong with a
+    remote device that is malformed."""
+    if not isinstance(device, str) or "/" not in device:
+        return None
+    name, _, local = device.partition("/")
+    if not HOST_NAME.fullmatch(name):
+        raise ValueError(
+            f"device: {device!r} names the agent {name!r}; a name is letters, digits, '-' and "
+            "'_' (the <name> of remote.hosts.<name>), as in 'box/cpu'"
+        )
+    try:
+        device_type(local)
+    except ValueError as error:
+        raise ValueError(f"device: {device!r}: on the agent, {error}") from None
+    return name, local
 
 
 def _whole(key: str, value: object, what: str) -> int:
@@ -160,6 +186,14 @@ class Deployment:
     """How each replica is cut across its ranks."""
 
     @property
+    def host(self) -> str | None:
+        """The agent a ``"remote"`` deployment runs on (``remote.hosts.<name>``); else None."""
+        if self.mode != "remote":
+            return None
+        split = remote_device(self.replicas[0][0])
+        return None if split is None else split[0]
+
+    @property
     def ranks(self) -> int:
         """Ranks (processes) per replica, as planned: ``parallel.ranks`` (for ``"external"``,
         the devices listed)."""
@@ -197,6 +231,8 @@ def plan_deployment(
     ranks = parallel.ranks
     key = f"engines.{engine_id}"
 
+    if isinstance(device, str) and "/" in device:
+        return _remote(engine_id, values, devices, device, parallel)
     if deployment == "external":
         return _external(engine_id, values, devices, device, parallel)
     if deployment == "auto":
@@ -281,6 +317,52 @@ def _external(
         engine_id=engine_id,
         mode="external",
         replicas=[placed],
+        execution_timeout=cast("float | None", values["execution_timeout"]),
+        restart=cast(Restart, values["restart"]),
+        threads=cast("int | None", values["threads"]),
+        parallel=parallel,
+    )
+
+
+def _remote(
+    engine_id: str,
+    values: Mapping[str, object],
+    devices: Sequence[str],
+    device: str,
+    parallel: ParallelConfig,
+) -> Deployment:
+    """One replica on an agent elsewhere (``<name>/<device>``): one session, one device."""
+    key = f"engines.{engine_id}"
+    fix = f"on this machine, set {key}.device to a local device"
+    if values["replicas"] != 1 or parallel.ranks > 1 or values["devices"] is not None:
+        field, what = (
+            (f"{key}.replicas", f"{key}.replicas = {values['replicas']}")
+            if values["replicas"] != 1
+            else (f"{key}.parallel", f"{parallel.ranks} ranks ({key}.parallel)")
+            if parallel.ranks > 1
+            else (f"{key}.devices", f"{key}.devices")
+        )
+        raise InvalidRequest(
+            f"{key}.device = {device!r} runs one replica of one rank on the agent, but the "
+            f"settings ask for {what}; unset it for the remote engine, or {fix}",
+            {"field": field},
+        )
+    if values["deployment"] != "auto":
+        raise InvalidRequest(
+            f"{key}.deployment = {values['deployment']!r} cannot run on the agent that "
+            f"{key}.device = {device!r} names; set {key}.deployment = auto, or {fix}",
+            {"field": f"{key}.deployment"},
+        )
+    try:
+        split = remote_device(device)
+    except ValueError as error:
+        raise InvalidRequest(str(error), {"field": "device"}) from None
+    assert split is not None  # it holds a "/"
+    _check_device(engine_id, split[1], devices, "device", f"set {key}.device")
+    return Deployment(
+        engine_id=engine_id,
+        mode="remote",
+        replicas=[[device]],
         execution_timeout=cast("float | None", values["execution_timeout"]),
         restart=cast(Restart, values["restart"]),
         threads=cast("int | None", values["threads"]),

@@ -1,0 +1,426 @@
+"""The host's side of a remote engine: one session with an agent, as a replica of a handle.
+
+``RemoteReplica`` answers what ``serving.exchange`` and ``serving.handle`` ask of a replica, so a
+remote model's streams, cancels, timeouts and written-back fields behave as a local one's. It
+connects on the first request: hello (token and protocol), ``open`` the engine on the agent's
+device, ``load`` the model; then requests go out exactly as to a worker process. A reader thread
+routes the agent's frames to their requests; a watch thread forwards cancels and fails the
+session when the agent has been silent for ``heartbeat_timeout`` seconds (it sends a heartbeat
+every few). A lost session fails the requests in flight with ``worker_failed`` (``detail``: the
+host and what was going on) and the replica stays healthy: the next request connects again.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, WorkerFailed
+from mizuoto_sdk.frames import Frame, FrameError, error_from_frame
+from mizuoto_sdk.remote.wire import PROTOCOL, ConnectionClosed, FrameSocket
+from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving.routing import ReplicaStatus
+from mizuoto_sdk.serving.workers import CANCEL_INTERVAL, IDLE_INTERVAL, Pending
+
+__all__ = ["RemoteHost", "RemoteReplica", "sdk_version"]
+
+log = logging.getLogger(__name__)
+
+
+def sdk_version() -> str:
+    """This installation's Mizuoto version, as a hello or ready names it."""
+    try:
+        return importlib.metadata.version("mizuoto-sdk")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@attrs.frozen
+class RemoteHost:
+    """An agent, as ``remote.hosts.<name>.*`` describe it."""
+
+    name: str
+    address: str
+    """``HOST:PORT``."""
+    token_file: str
+    tls: bool = False
+    tls_ca: str | None = None
+    """The CA file that signed the agent's certificate; None: the system's."""
+    heartbeat_timeout: float = 60.0
+
+    def token(self) -> str:
+        """The token in ``token_file``, read now (surrounding whitespace dropped)."""
+        field = f"remote.hosts.{self.name}.token_file"
+        try:
+            token = Path(self.token_file).read_text().strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidRequest(
+                f"{field}: {self.token_file} cannot be read: {error}", {"field": field}
+            ) from None
+        if not token:
+            raise InvalidRequest(f"{field}: {self.token_file} is empty", {"field": field})
+        return token
+
+    def connect(self) -> socket.socket:
+        """A connected socket (TLS, the agent's certificate verified, when ``tls``)."""
+        host, _, port = self.address.rpartition(":")
+        host = host.strip("[]")
+        sock = socket.create_connection((host, int(port)), timeout=self.heartbeat_timeout)
+        if not self.tls:
+            return sock
+        try:
+            context = ssl.create_default_context(cafile=self.tls_ca)
+            return context.wrap_socket(sock, server_hostname=host)
+        except BaseException:
+            sock.close()
+            raise
+
+
+class _Session:
+    """One connection to the agent: its frames, and when the last one arrived."""
+
+    def __init__(self, wire: FrameSocket) -> None:
+        self.wire = wire
+        self.last_seen = time.monotonic()
+        self.done = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+
+class RemoteReplica:
+    """The one replica of a remote model: a session with an agent, made again when lost."""
+
+    def __init__(
+        self,
+        host: RemoteHost,
+        *,
+        engine_id: str,
+        device: str,
+        load: Mapping[str, object],
+        replica_id: int = 0,
+    ) -> None:
+        self.id = replica_id
+        self.host = host
+        self.devices: tuple[str, ...] = (f"{host.name}/{device}",)
+        self.metadata: dict[str, Any] = {}
+        self.agent: dict[str, Any] = {}
+        """What the agent said when it accepted the last session (version, devices, engines)."""
+        self.state = "stopped"
+        self.failure: str | None = None
+        self._engine_id, self._device, self._load = engine_id, device, dict(load)
+        self._session: _Session | None = None
+        self._pending: dict[int, Pending] = {}
+        self._reserved = 0
+        self._ids = 0
+        self._lock = threading.RLock()  # session, pending, counts
+        self._start_lock = threading.Lock()
+        self._closed = threading.Event()
+
+    # -- what routing and the handle read ---------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        """True until closed: a lost session is made again by the next request."""
+        return not self._closed.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._reserved
+
+    def reserve(self) -> None:
+        with self._lock:
+            self._reserved += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._reserved -= 1
+
+    def status(self) -> ReplicaStatus:
+        with self._lock:
+            return ReplicaStatus(
+                self.id, self.healthy, self._reserved, self.devices, (), self.state, self.failure
+            )
+
+    # -- the session -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, say hello, open the engine and load the model, unless a session is open.
+
+        The agent's own refusal or error comes out as it sent it (its code and detail, plus
+        ``host``); a connection that fails comes out as ``worker_failed`` (``during``: the step).
+        """
+        with self._start_lock:
+            if self._closed.is_set():
+                raise self._closed_error()
+            if self._session is not None:
+                return
+            self.state = "starting"
+            try:
+                session = self._connect()
+            except BaseException as error:
+                self.state = "stopped"
+                self.failure = error.message if isinstance(error, EngineError) else str(error)
+                raise
+            with self._lock:
+                closed = self._closed.is_set()
+                if not closed:
+                    self._session, self.state, self.failure = session, "ready", None
+            if closed:
+                session.wire.close()
+                raise self._closed_error()
+            for target in (self._read, self._watch):
+                thread = threading.Thread(
+                    target=target,
+                    args=(session,),
+                    name=f"mizuoto-remote-{self.host.name}{target.__name__}",
+                    daemon=True,
+                )
+                session.threads.append(thread)
+                thread.start()
+
+    def _connect(self) -> _Session:
+        token = self.host.token()
+        try:
+            sock = self.host.connect()
+        except (OSError, ValueError) as error:
+            raise self._failed(
+                f"cannot connect to {self.host.address}: {error}", "connect"
+            ) from None
+        wire = FrameSocket(sock)
+        try:
+            wire.send("hello", {"protocol": PROTOCOL, "token": token, "version": sdk_version()})
+            ready = self._expect(wire, "ready", "hello")
+            theirs = ready.header.get("protocol")
+            if theirs != PROTOCOL:
+                raise EngineUnavailable(
+                    f"the agent {self.host.name} ({self.host.address}) speaks protocol {theirs!r} "
+                    f"(Mizuoto {ready.header.get('version')}), this host protocol {PROTOCOL} "
+                    f"(Mizuoto {sdk_version()}): install the same Mizuoto version on both machines",
+                    self._detail(reason="protocol", protocol=theirs, expected=PROTOCOL),
+                )
+            self.agent = dict(ready.header)
+            wire.send("open", {"engine": self._engine_id, "device": self._device})
+            self._expect(wire, "result", "open")
+            wire.send("load", self._load)
+            self.metadata = dict(self._expect(wire, "result", "load").header)
+            sock.settimeout(None)
+        except BaseException:
+            wire.close()
+            raise
+        return _Session(wire)
+
+    def _expect(self, wire: FrameSocket, kind: str, during: str) -> Frame:
+        """The agent's answer to ``during`` (heartbeats skipped); its refusal or error raised."""
+        while True:
+            try:
+                frame = wire.receive()
+            except TimeoutError:
+                raise self._failed(
+                    f"the agent sent nothing for {self.host.heartbeat_timeout:g} s "
+                    "(remote.heartbeat_timeout)",
+                    during,
+                ) from None
+            except ConnectionClosed:
+                raise self._failed("the agent closed the connection", during) from None
+            except (OSError, FrameError) as error:
+                raise self._failed(f"the connection failed: {error}", during) from None
+            if frame.kind == "heartbeat":
+                continue
+            if frame.kind in ("refused", "error"):
+                try:
+                    answer = error_from_frame(frame)
+                except FrameError as malformed:
+                    raise self._failed(str(malformed), during) from None
+                answer.detail.setdefault("host", self.host.name)
+                raise answer
+            if frame.kind != kind:
+                raise self._failed(f"the agent sent {frame.kind} where {kind} was due", during)
+            return frame
+
+    def _read(self, session: _Session) -> None:
+        """Route the agent's frames to their requests until the connection ends."""
+        while True:
+            try:
+                frame = session.wire.receive()
+            except ConnectionClosed:
+                self._lose(session, "the agent closed the connection")
+                return
+            except FrameError as error:
+                self._lose(session, f"the agent sent a malformed frame ({error})")
+                return
+            except OSError as error:
+                self._lose(session, f"the connection failed ({error})")
+                return
+            session.last_seen = time.monotonic()
+            request_id = frame.header.get("id")
+            with self._lock:
+                current = self._session is session and isinstance(request_id, int)
+                pending = self._pending.get(request_id) if current else None  # type: ignore[arg-type]  # an int when current
+            if pending is not None and frame.kind not in ("started", "heartbeat"):
+                pending.frames.put(frame)
+
+    def _watch(self, session: _Session) -> None:
+        """Forward cancels (as a worker replica does) and notice the agent's silence."""
+        limit = self.host.heartbeat_timeout
+        wake = CANCEL_INTERVAL
+        while not session.done.wait(wake):
+            silent = time.monotonic() - session.last_seen
+            if silent > limit:
+                reason = f"no frame from the agent for {limit:g} s (remote.heartbeat_timeout)"
+                self._lose(session, reason, "heartbeat")
+                return
+            with self._lock:
+                pending = list(self._pending.values()) if self._session is session else []
+            for item in pending:
+                if item.request.cancel_event.is_set() and not item.cancel_sent:
+                    item.cancel_sent = True
+                    self.send("cancel", {"id": item.id})
+            wake = min(CANCEL_INTERVAL if pending else IDLE_INTERVAL, limit - silent + 0.01)
+
+    def _lose(self, session: _Session, reason: str, during: str | None = None) -> None:
+        """End ``session``: its requests fail with ``worker_failed``; the next one reconnects."""
+        with self._lock:
+            if session.done.is_set():
+                return
+            session.done.set()
+            pending: list[Pending] = []
+            if self._session is session:
+                self._session = None
+                self.state, self.failure = "stopped", reason
+                pending, self._pending = list(self._pending.values()), {}
+        session.wire.close()
+        if pending:
+            log.warning("%s on %s: %s", self._engine_id, self.host.name, reason)
+        for item in pending:
+            item.frames.put(self._failed(reason, during or item.capability))
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def open(self, header: Mapping[str, object], payload: bytes, request: EngineRequest) -> Pending:
+        """Send a request to the agent and return its channel (connecting first if needed)."""
+        self.start()
+        capability = str(header.get("capability"))
+        with self._lock:
+            if self._session is None:
+                raise self.failed_error(capability)
+            self._ids += 1
+            pending = Pending(self._ids, request, capability)
+            self._pending[pending.id] = pending
+        self.send("request", {**header, "id": pending.id}, payload)
+        return pending
+
+    def send(
+        self,
+        kind: str,
+        header: Mapping[str, object],
+        payload: bytes = b"",
+        *,
+        every_rank: bool = False,
+    ) -> None:
+        """Send a frame on the session; a broken connection ends it (nothing to send on: a
+        frame about a request the session took down with it is dropped)."""
+        session = self._session
+        if session is None:
+            return
+        try:
+            session.wire.send(kind, header, payload)
+        except OSError as error:
+            self._lose(session, f"the connection failed sending {kind} ({error})")
+
+    def ask(self, kind: str, frames: Iterable[tuple[Mapping[str, object], bytes]]) -> Frame:
+        """One exchange outside a request (``have``; ``put``, a file in several frames): the
+        frames go out under one id of their own, and the agent's ``result`` comes back; its
+        ``error`` is raised."""
+        self.start()
+        with self._lock:
+            if self._session is None:
+                raise self.failed_error(kind)
+            self._ids += 1
+            pending = Pending(self._ids, EngineRequest(), kind)
+            self._pending[pending.id] = pending
+            self._reserved += 1  # finish() counts it out
+        try:
+            for header, payload in frames:
+                self.send(kind, {**header, "id": pending.id}, payload)
+            frame = pending.next_frame()
+            if frame.kind == "error":
+                raise error_from_frame(frame)
+            if frame.kind != "result":
+                self.fail(f"the agent answered {kind} with {frame.kind}")
+                raise self.failed_error(kind)
+            return frame
+        finally:
+            self.finish(pending)
+
+    def ask_next(self, pending: Pending) -> None:
+        with self._lock:
+            pending.allowed += 1
+        self.send("next", {"id": pending.id})
+
+    def has_pending(self, pending: Pending) -> bool:
+        with self._lock:
+            return pending.id in self._pending
+
+    def finish(self, pending: Pending) -> None:
+        with self._lock:
+            self._pending.pop(pending.id, None)
+            self._reserved -= 1
+
+    # -- failing and closing -----------------------------------------------------------------
+
+    def fail(self, reason: str) -> None:
+        """End the current session (a malformed or unexpected frame); the replica stays
+        healthy."""
+        session = self._session
+        if session is not None:
+            self._lose(session, reason)
+
+    def failed_error(self, during: str) -> WorkerFailed:
+        return self._failed(self.failure or "the session ended", during)
+
+    def close(self) -> None:
+        """Close the session (the agent unloads what it loaded for it); in-flight requests fail
+        with ``engine_unavailable``. Idempotent."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+            session, self._session = self._session, None
+            pending, self._pending = list(self._pending.values()), {}
+            self.state = "stopped"
+        for item in pending:
+            item.frames.put(self._closed_error())
+        if session is not None:
+            session.done.set()
+            session.wire.close()
+            for thread in session.threads:
+                if thread is not threading.current_thread():
+                    thread.join(5.0)
+
+    def _failed(self, reason: str, during: str) -> WorkerFailed:
+        return WorkerFailed(
+            f"{self._engine_id}: the agent {self.host.name} ({self.host.address}) failed during "
+            f"{during}: {reason}",
+            self._detail(during=during, reason=reason),
+        )
+
+    def _closed_error(self) -> EngineUnavailable:
+        return EngineUnavailable(
+            f"{self._engine_id}: the model was closed", self._detail(reason="closed")
+        )
+
+    def _detail(self, **fields: object) -> dict[str, object]:
+        return {
+            "engine": self._engine_id,
+            "host": self.host.name,
+            "address": self.host.address,
+            **fields,
+        }

@@ -18,6 +18,7 @@ import ssl
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.served import ServedRequest, json_safe
 from mizuoto_sdk.host.service import RuntimeService
+from mizuoto_sdk.host.threads import RequestThreads
 from mizuoto_sdk.remote.files import FILE_SCHEME, FileCache, folder_files
 from mizuoto_sdk.remote.wire import FILE_CHUNK, PROTOCOL, ConnectionClosed, FrameSocket
 
@@ -74,6 +76,7 @@ class Session:
         self._close_lock = threading.Lock()
         self._closed = threading.Event()
         self._running: dict[int, ServedRequest] = {}
+        self._threads = RequestThreads()
         self._engine: tuple[str, str] | None = None
         self._model: LocalModel | None = None
         self._failed_puts: dict[tuple[str, str], EngineError] = {}
@@ -194,7 +197,10 @@ class Session:
                 {"field": "load"},
             )
         engine = self.agent.service.engine(*self._engine)
-        model = engine.load(strings[0], dtype=strings[1], variant=strings[2], options=options)
+        # on the thread that will run the requests: one torch thread pool for both
+        model = self._threads.call(
+            lambda: engine.load(strings[0], dtype=strings[1], variant=strings[2], options=options)
+        )
         if model is not self._model:
             self.agent.hold(model)
             if self._model is not None:
@@ -268,13 +274,11 @@ class Session:
             self._send_bytes(error_frame(self._failure(error), id=request_id, **empty))
             return
         self._running[request_id] = served
-        threading.Thread(
-            target=self._answer, args=(served, voice), name="mizuoto-agent-request", daemon=True
-        ).start()
+        self._threads.run(served.run, then=partial(self._answered, served, voice))
 
-    def _answer(self, served: ServedRequest, voice: Path | None) -> None:
+    def _answered(self, served: ServedRequest, voice: Path | None) -> None:
+        """The request's last frame, once its thread is free for the next request."""
         try:
-            served.run()
             self._running.pop(served.id, None)
             served.finish()
         finally:

@@ -8,7 +8,9 @@ the body is read, so a peer cannot make the reader allocate more than the limit.
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Mapping
@@ -45,6 +47,10 @@ class FrameSocket:
         self.socket = sock
         self.limit = limit
         self._send_lock = threading.Lock()
+        # One TLS connection is one OpenSSL object, which must not read and write at once from
+        # two threads: there, a frame is read (once bytes are waiting) and written under one lock.
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._io_lock = self._send_lock if self._tls else contextlib.nullcontext()
 
     def send(self, kind: str, header: Mapping[str, object], payload: bytes = b"") -> None:
         data = encode(kind, header, payload)
@@ -52,13 +58,27 @@ class FrameSocket:
             self.socket.sendall(data)
 
     def receive(self) -> Frame:
-        prefix = self._read(_LENGTH.size, at_boundary=True)
-        (size,) = _LENGTH.unpack(prefix)
-        if size > self.limit:
-            raise FrameError(
-                f"a frame of {size} bytes is over this connection's limit of {self.limit}"
-            )
-        return decode(prefix + self._read(size, at_boundary=False))
+        if self._tls:
+            self._wait_readable()
+        with self._io_lock:
+            prefix = self._read(_LENGTH.size, at_boundary=True)
+            (size,) = _LENGTH.unpack(prefix)
+            if size > self.limit:
+                raise FrameError(
+                    f"a frame of {size} bytes is over this connection's limit of {self.limit}"
+                )
+            return decode(prefix + self._read(size, at_boundary=False))
+
+    def _wait_readable(self) -> None:
+        """Block, without the lock, until the TLS connection has bytes to read (or the socket's
+        timeout passes: ``TimeoutError``, as a plain read would raise)."""
+        tls = self.socket
+        assert isinstance(tls, ssl.SSLSocket)
+        if tls.pending():
+            return
+        readable, _, _ = select.select([tls], [], [], tls.gettimeout())
+        if not readable:
+            raise TimeoutError("timed out waiting for a frame")
 
     def close(self) -> None:
         """Shut the connection down both ways (a reader blocked in ``receive`` wakes up with

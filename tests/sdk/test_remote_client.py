@@ -323,3 +323,44 @@ def test_a_remote_engine_without_its_address_names_the_setting() -> None:
     with service({"engines.sine.device": "box/cpu"}) as host, pytest.raises(InvalidRequest) as e:
         host.load("sine")
     assert e.value.detail["field"] == "remote.hosts.box.address"
+
+
+def test_files_go_by_content_and_a_wrong_hash_is_refused(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    from mizuoto_sdk.remote.files import file_ref, put_frames
+
+    data = tmp_path / "voice.bin"
+    data.write_bytes(bytes(range(256)) * 64)
+    ref = file_ref(data)
+    host = client.RemoteHost("box", f"127.0.0.1:{agent.port}", str(agent.token_file))
+    replica = client.RemoteReplica(
+        host, engine_id="faulty", device="cpu", load={"model": "default"}
+    )
+    try:
+        have = [({"files": [ref]}, b"")]
+        assert replica.ask("have", have).header["missing"] == [ref["sha256"]]
+        wrong = tmp_path / "wrong.bin"
+        wrong.write_bytes(b"x" * int(ref["size"]))
+        with pytest.raises(InvalidRequest) as refused:
+            replica.ask("put", put_frames(ref, wrong, chunk=4096))
+        assert refused.value.detail["reason"] == "hash_mismatch"
+        replica.ask("put", put_frames(ref, data, chunk=4096))
+        assert replica.ask("have", have).header["missing"] == []
+    finally:
+        replica.close()
+
+
+def test_mizuoto_synth_through_an_agent_writes_the_local_bytes(
+    agent: AgentProcess, tmp_path: Path
+) -> None:
+    remote = [f"--set={key}={value}" for key, value in agent.settings("sine").items()]
+    outputs = []
+    for name, extra in (("local", []), ("remote", remote)):
+        target = tmp_path / f"{name}.wav"
+        command = [sys.executable, "-m", "mizuoto_sdk.cli", "synth", "sine", "hello"]
+        subprocess.run(
+            [*command, "-o", str(target), "--seed", "7", *extra], check=True, timeout=120
+        )
+        outputs.append(target.read_bytes())
+    assert outputs[0] == outputs[1]

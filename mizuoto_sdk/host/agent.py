@@ -111,6 +111,8 @@ class Agent:
                     continue
                 try:
                     connection, _ = listener.accept()
+                    # small frames (a heartbeat, a chunk's end) go out at once, not held (Nagle)
+                    connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 except OSError:
                     continue  # the peer gave up before we accepted, or shutdown closed it
                 session = Session(self, connection)

@@ -75,6 +75,8 @@ class RemoteHost:
         host, _, port = self.address.rpartition(":")
         host = host.strip("[]")
         sock = socket.create_connection((host, int(port)), timeout=self.heartbeat_timeout)
+        # small frames (a chunk request, a cancel) go out at once, not held for an ACK (Nagle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not self.tls:
             return sock
         try:

@@ -1,0 +1,76 @@
+"""Protocol 2 over TLS: a `mizuoto agent` process with a certificate, a host that verifies it.
+
+The certificate is self-signed for 127.0.0.1, made here with the `openssl` command; the host
+trusts it through `remote.hosts.<name>.tls_ca`, and refuses an agent it cannot verify.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mizuoto_sdk.errors import WorkerFailed
+from mizuoto_sdk.host import EngineRequest, RuntimeService
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+
+
+@pytest.fixture(scope="module")
+def tls_agent(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key, token = folder / "agent.pem", folder / "agent.key", folder / "token"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    token.write_text("a secret long enough for a test\n")
+    command = [sys.executable, "-m", "mizuoto_sdk.cli", "agent", "--listen", "127.0.0.1:0"]
+    command += ["--token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key)]
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert agent.stdout is not None
+    line = agent.stdout.readline()
+    assert line.startswith("mizuoto agent listening on tls://"), line
+    address = line.strip().rsplit("://", 1)[1]
+    yield {"address": address, "token": str(token), "cert": str(cert)}
+    agent.terminate()
+    agent.wait(10)
+
+
+def remote(agent, **extra):
+    return {
+        "engines.sine.device": "box/cpu",
+        "remote.hosts.box.address": agent["address"],
+        "remote.hosts.box.token_file": agent["token"],
+        "remote.hosts.box.tls": True,
+        **extra,
+    }
+
+
+def test_audio_over_tls_equals_local_audio(tls_agent):
+    params = {"seed": 7}
+    with RuntimeService() as here:
+        local = [c.samples for c in here.load("sine").synthesize("hello", EngineRequest(params))]
+    with RuntimeService(remote(tls_agent, **{"remote.hosts.box.tls_ca": tls_agent["cert"]})) as s:
+        model = s.load("sine")
+        far = [c.samples for c in model.synthesize("hello", EngineRequest(params))]
+        again = [c.samples for c in model.synthesize("hello", EngineRequest(params))]
+    assert len(far) == len(local) == len(again)
+    for a, b, c in zip(local, far, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_a_host_refuses_an_agent_whose_certificate_it_cannot_verify(tls_agent):
+    service = RuntimeService(remote(tls_agent))  # no tls_ca: the system's, which lacks it
+    with service, pytest.raises(WorkerFailed) as caught:
+        list(service.load("sine").synthesize("hello"))
+    assert "certificate" in str(caught.value).lower()

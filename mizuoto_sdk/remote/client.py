@@ -242,6 +242,13 @@ class RemoteReplica:
                 except FrameError as malformed:
                     raise self._failed(str(malformed), during) from None
                 answer.detail.setdefault("host", self.host.name)
+                if frame.kind == "refused":  # say whose refusal, and what to check
+                    fix = _REFUSAL_FIXES.get(str(answer.detail.get("reason")), "")
+                    answer = type(answer)(
+                        f"agent {self.host.name!r} at {self.host.address} refused the connection: "
+                        f"{answer.message}{fix.format(name=self.host.name)}",
+                        answer.detail,
+                    )
                 raise answer
             if frame.kind != kind:
                 raise self._failed(f"the agent sent {frame.kind} where {kind} was due", during)
@@ -426,3 +433,9 @@ class RemoteReplica:
             "address": self.host.address,
             **fields,
         }
+
+
+_REFUSAL_FIXES = {
+    "token": "; check that remote.hosts.{name}.token_file holds the agent's --token-file secret",
+    "timeout": "; the hello came too late: check the address and the network",
+}

@@ -3,7 +3,7 @@
 Each connection is a session (``host/session.py``) on a thread of its own: the host says
 ``hello`` with the token, ``open``s one engine on one device, ``load``s a model and sends
 requests, which are answered by ``host/served.py`` exactly as a worker process answers its
-parent. Files arrive by content into the agent's ``FileCache`` (``mizuoto_sdk.remote.files``),
+parent. Files arrive by content into the agent's ``FileCache`` (``mizuoto_sdk.remote.cache``),
 whose folder the agent adds to the service's ``voices.roots`` so that requests may read the
 cached voices; ``prepare_voice`` writes into a fresh temporary folder whose files go back as
 ``file`` frames before the result. A session that ends cancels its requests and unloads its
@@ -23,7 +23,7 @@ from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.models import ModelStore, data_home, model_cache
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.session import HELLO_LIMIT, Session, sdk_version
-from mizuoto_sdk.remote.files import FileCache
+from mizuoto_sdk.remote.cache import FileCache
 from mizuoto_sdk.remote.wire import MAX_REMOTE_FRAME, PROTOCOL
 
 __all__ = ["COLLECT_EVERY", "HELLO_LIMIT", "Agent"]

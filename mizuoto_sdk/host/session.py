@@ -29,7 +29,8 @@ from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.served import ServedRequest, json_safe
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.threads import RequestThreads
-from mizuoto_sdk.remote.files import FILE_SCHEME, FileCache, folder_files
+from mizuoto_sdk.remote.cache import FileCache
+from mizuoto_sdk.remote.files import FILE_SCHEME, folder_files
 from mizuoto_sdk.remote.wire import FILE_CHUNK, PROTOCOL, ConnectionClosed, FrameSocket
 
 __all__ = ["HELLO_LIMIT", "AgentSide", "Session", "sdk_version"]

@@ -24,8 +24,8 @@ from serving_support import SITE, faulty_service
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.frames import KINDS, Frame, FrameError, chunk_from_frame, decode, encode
 from mizuoto_sdk.host.agent import HELLO_LIMIT, Agent
+from mizuoto_sdk.remote.cache import FileCache
 from mizuoto_sdk.remote.files import (
-    FileCache,
     file_ref,
     format_ref,
     put_frames,

@@ -20,7 +20,8 @@ from mizuoto_sdk.host.external import ExternalModel
 from mizuoto_sdk.host.paths import staged_folder
 from mizuoto_sdk.host.settings import DEFAULTS
 from mizuoto_sdk.manifest import device_type
-from mizuoto_sdk.remote.client import RemoteHost, RemoteReplica
+from mizuoto_sdk.remote.client import RemoteReplica
+from mizuoto_sdk.remote.hosts import RemoteHost
 from mizuoto_sdk.remote.model import RemoteModel
 from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import remote_device

@@ -12,20 +12,15 @@ host and what was going on) and the replica stays healthy: the next request conn
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import attrs
-
-from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, WorkerFailed
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, WorkerFailed
 from mizuoto_sdk.frames import Frame, FrameError, error_from_frame
+from mizuoto_sdk.remote.hosts import RemoteHost, sdk_version
 from mizuoto_sdk.remote.wire import PROTOCOL, ConnectionClosed, FrameSocket
 from mizuoto_sdk.request import EngineRequest
 from mizuoto_sdk.serving.routing import ReplicaStatus
@@ -34,57 +29,6 @@ from mizuoto_sdk.serving.workers import CANCEL_INTERVAL, IDLE_INTERVAL, Pending
 __all__ = ["RemoteHost", "RemoteReplica", "sdk_version"]
 
 log = logging.getLogger(__name__)
-
-
-def sdk_version() -> str:
-    """This installation's Mizuoto version, as a hello or ready names it."""
-    try:
-        return importlib.metadata.version("mizuoto-sdk")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-@attrs.frozen
-class RemoteHost:
-    """An agent, as ``remote.hosts.<name>.*`` describe it."""
-
-    name: str
-    address: str
-    """``HOST:PORT``."""
-    token_file: str
-    tls: bool = False
-    tls_ca: str | None = None
-    """The CA file that signed the agent's certificate; None: the system's."""
-    heartbeat_timeout: float = 60.0
-
-    def token(self) -> str:
-        """The token in ``token_file``, read now (surrounding whitespace dropped)."""
-        field = f"remote.hosts.{self.name}.token_file"
-        try:
-            token = Path(self.token_file).read_text().strip()
-        except (OSError, UnicodeDecodeError) as error:
-            raise InvalidRequest(
-                f"{field}: {self.token_file} cannot be read: {error}", {"field": field}
-            ) from None
-        if not token:
-            raise InvalidRequest(f"{field}: {self.token_file} is empty", {"field": field})
-        return token
-
-    def connect(self) -> socket.socket:
-        """A connected socket (TLS, the agent's certificate verified, when ``tls``)."""
-        host, _, port = self.address.rpartition(":")
-        host = host.strip("[]")
-        sock = socket.create_connection((host, int(port)), timeout=self.heartbeat_timeout)
-        # small frames (a chunk request, a cancel) go out at once, not held for an ACK (Nagle)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not self.tls:
-            return sock
-        try:
-            context = ssl.create_default_context(cafile=self.tls_ca)
-            return context.wrap_socket(sock, server_hostname=host)
-        except BaseException:
-            sock.close()
-            raise
 
 
 class _Session:

@@ -180,17 +180,9 @@ def column_linear(
     device: torch.device | str | None,
 ) -> nn.Linear:
     """A ColumnParallelLinear over ``group``, or the plain layer where the group is one rank."""
-    if groups is not None and _split_over(groups, group):
-        return ColumnParallelLinear(
-            in_features,
-            out_features,
-            groups=groups,
-            group=group,
-            bias=bias,
-            dtype=dtype,
-            device=device,
-        )
-    return ops.default.Linear(in_features, out_features, bias=bias, dtype=dtype, device=device)
+    return _linear(
+        ColumnParallelLinear, in_features, out_features, groups, group, bias, dtype, device
+    )
 
 
 def row_linear(
@@ -204,8 +196,22 @@ def row_linear(
     device: torch.device | str | None,
 ) -> nn.Linear:
     """A RowParallelLinear over ``group``, or the plain layer where the group is one rank."""
+    split = RowParallelLinear
+    return _linear(split, in_features, out_features, groups, group, bias, dtype, device)
+
+
+def _linear(
+    split: type[ColumnParallelLinear] | type[RowParallelLinear],
+    in_features: int,
+    out_features: int,
+    groups: TensorParallelGroups | None,
+    group: str,
+    bias: bool,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> nn.Linear:
     if groups is not None and _split_over(groups, group):
-        return RowParallelLinear(
+        return split(
             in_features,
             out_features,
             groups=groups,

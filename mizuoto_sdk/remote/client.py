@@ -23,8 +23,9 @@ from mizuoto_sdk.frames import Frame, FrameError, error_from_frame
 from mizuoto_sdk.remote.hosts import RemoteHost, sdk_version
 from mizuoto_sdk.remote.wire import PROTOCOL, ConnectionClosed, FrameSocket
 from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving.inflight import InFlight, Pending
 from mizuoto_sdk.serving.routing import ReplicaStatus
-from mizuoto_sdk.serving.workers import CANCEL_INTERVAL, IDLE_INTERVAL, Pending
+from mizuoto_sdk.serving.workers import CANCEL_INTERVAL, IDLE_INTERVAL
 
 __all__ = ["RemoteHost", "RemoteReplica", "sdk_version"]
 
@@ -63,10 +64,8 @@ class RemoteReplica:
         self.failure: str | None = None
         self._engine_id, self._device, self._load = engine_id, device, dict(load)
         self._session: _Session | None = None
-        self._pending: dict[int, Pending] = {}
-        self._reserved = 0
-        self._ids = 0
-        self._lock = threading.RLock()  # session, pending, counts
+        self._lock = threading.RLock()  # session, requests
+        self._requests = InFlight(self._lock)
         self._start_lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -79,20 +78,18 @@ class RemoteReplica:
 
     @property
     def in_flight(self) -> int:
-        return self._reserved
+        return self._requests.count
 
     def reserve(self) -> None:
-        with self._lock:
-            self._reserved += 1
+        self._requests.reserve()
 
     def release(self) -> None:
-        with self._lock:
-            self._reserved -= 1
+        self._requests.release()
 
     def status(self) -> ReplicaStatus:
         with self._lock:
             return ReplicaStatus(
-                self.id, self.healthy, self._reserved, self.devices, (), self.state, self.failure
+                self.id, self.healthy, self.in_flight, self.devices, (), self.state, self.failure
             )
 
     # -- the session -------------------------------------------------------------------------
@@ -215,8 +212,7 @@ class RemoteReplica:
             session.last_seen = time.monotonic()
             request_id = frame.header.get("id")
             with self._lock:
-                current = self._session is session and isinstance(request_id, int)
-                pending = self._pending.get(request_id) if current else None  # type: ignore[arg-type]  # an int when current
+                pending = self._requests.get(request_id) if self._session is session else None
             if pending is not None and frame.kind not in ("started", "heartbeat"):
                 pending.frames.put(frame)
 
@@ -231,11 +227,9 @@ class RemoteReplica:
                 self._lose(session, reason, "heartbeat")
                 return
             with self._lock:
-                pending = list(self._pending.values()) if self._session is session else []
-            for item in pending:
-                if item.request.cancel_event.is_set() and not item.cancel_sent:
-                    item.cancel_sent = True
-                    self.send("cancel", {"id": item.id})
+                pending = self._requests.all() if self._session is session else []
+            for item in self._requests.cancels_due(pending):
+                self.send("cancel", {"id": item.id})
             wake = min(CANCEL_INTERVAL if pending else IDLE_INTERVAL, limit - silent + 0.01)
 
     def _lose(self, session: _Session, reason: str, during: str | None = None) -> None:
@@ -248,7 +242,7 @@ class RemoteReplica:
             if self._session is session:
                 self._session = None
                 self.state, self.failure = "stopped", reason
-                pending, self._pending = list(self._pending.values()), {}
+                pending = self._requests.take_all()
         session.wire.close()
         if pending:
             log.warning("%s on %s: %s", self._engine_id, self.host.name, reason)
@@ -264,9 +258,7 @@ class RemoteReplica:
         with self._lock:
             if self._session is None:
                 raise self.failed_error(capability)
-            self._ids += 1
-            pending = Pending(self._ids, request, capability)
-            self._pending[pending.id] = pending
+            pending = self._requests.add(request, capability)
         self.send("request", {**header, "id": pending.id}, payload)
         return pending
 
@@ -296,10 +288,8 @@ class RemoteReplica:
         with self._lock:
             if self._session is None:
                 raise self.failed_error(kind)
-            self._ids += 1
-            pending = Pending(self._ids, EngineRequest(), kind)
-            self._pending[pending.id] = pending
-            self._reserved += 1  # finish() counts it out
+            pending = self._requests.add(EngineRequest(), kind)
+            self._requests.reserve()  # finish() counts it out
         try:
             for header, payload in frames:
                 self.send(kind, {**header, "id": pending.id}, payload)
@@ -319,13 +309,10 @@ class RemoteReplica:
         self.send("next", {"id": pending.id})
 
     def has_pending(self, pending: Pending) -> bool:
-        with self._lock:
-            return pending.id in self._pending
+        return self._requests.has(pending)
 
     def finish(self, pending: Pending) -> None:
-        with self._lock:
-            self._pending.pop(pending.id, None)
-            self._reserved -= 1
+        self._requests.finish(pending)
 
     # -- failing and closing -----------------------------------------------------------------
 
@@ -347,7 +334,7 @@ class RemoteReplica:
                 return
             self._closed.set()
             session, self._session = self._session, None
-            pending, self._pending = list(self._pending.values()), {}
+            pending = self._requests.take_all()
             self.state = "stopped"
         for item in pending:
             item.frames.put(self._closed_error())

@@ -21,8 +21,8 @@ from mizuoto_sdk.frames import Frame, FrameError, chunk_from_frame, error_from_f
 if TYPE_CHECKING:
     from mizuoto_sdk.errors import WorkerFailed
     from mizuoto_sdk.request import EngineRequest
+    from mizuoto_sdk.serving.inflight import Pending
     from mizuoto_sdk.serving.routing import ReplicaStatus
-    from mizuoto_sdk.serving.workers import Pending
     from mizuoto_sdk.types import AudioChunk
 
 

@@ -8,7 +8,6 @@ stopping the processes themselves is ``serving.processes``.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -16,7 +15,8 @@ from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any, Literal
 
 from mizuoto_sdk.errors import EngineError, EngineUnavailable, WorkerFailed
-from mizuoto_sdk.frames import Frame, FrameError, decode, encode
+from mizuoto_sdk.frames import FrameError, decode, encode
+from mizuoto_sdk.serving.inflight import InFlight, Pending
 from mizuoto_sdk.serving.processes import Worker, WorkerSpec, start_workers, stop_workers
 from mizuoto_sdk.serving.routing import ReplicaStatus
 
@@ -34,39 +34,6 @@ this while requests are in flight, at an execution deadline, and otherwise only 
 IDLE_INTERVAL = 1.0
 RESTART_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 """Seconds before each restart attempt of a failed replica; the last repeats."""
-
-
-class Pending:
-    """One request on its replica: the frames that answer it, or the failure that ended it."""
-
-    def __init__(self, request_id: int, request: EngineRequest, capability: str) -> None:
-        self.id = request_id
-        self.request = request
-        self.capability = capability
-        self.frames: queue.SimpleQueue[Frame | EngineError] = queue.SimpleQueue()
-        # A stream's chunks: how many arrived, and the last index the worker may compute (the
-        # caller asked for chunk k: up to k + 1). The worker is working when it may go on.
-        self.received = 0
-        self.allowed = 1
-        self.busy_since: float | None = None  # when the worker began the answer it owes
-        self.cancel_sent = False
-
-    def next_frame(self) -> Frame:
-        """The next answer, calling the request's progress callback on the way; raises the
-        failure that ended the request (its replica failed or closed)."""
-        while True:
-            item = self.frames.get()
-            if isinstance(item, EngineError):
-                self.frames.put(item)  # every later read sees the same end
-                raise item
-            if item.kind == "progress":
-                if self.request.progress is not None:
-                    header = item.header
-                    self.request.progress(
-                        header["done"], header.get("total"), header.get("message")
-                    )
-                continue
-            return item
 
 
 class ProcessReplica:
@@ -95,10 +62,8 @@ class ProcessReplica:
         self.failure: str | None = None
         self.metadata: dict[str, Any] = {}
         self._workers: list[Worker] = []
-        self._pending: dict[int, Pending] = {}
-        self._reserved = 0
-        self._ids = 0
-        self._lock = threading.RLock()  # state, pending, workers
+        self._lock = threading.RLock()  # state, requests, workers
+        self._requests = InFlight(self._lock)
         self._send_lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._closed = threading.Event()
@@ -112,21 +77,19 @@ class ProcessReplica:
 
     @property
     def in_flight(self) -> int:
-        return self._reserved
+        return self._requests.count
 
     def reserve(self) -> None:
-        with self._lock:
-            self._reserved += 1
+        self._requests.reserve()
 
     def release(self) -> None:
-        with self._lock:
-            self._reserved -= 1
+        self._requests.release()
 
     def status(self) -> ReplicaStatus:
         with self._lock:
             pids = tuple(w.process.pid or 0 for w in self._workers)
             return ReplicaStatus(
-                self.id, self.healthy, self._reserved, self.devices, pids, self.state, self.failure
+                self.id, self.healthy, self.in_flight, self.devices, pids, self.state, self.failure
             )
 
     # -- starting ----------------------------------------------------------------------------
@@ -173,9 +136,7 @@ class ProcessReplica:
         with self._lock:
             if self.state != "ready":
                 raise self.failed_error(str(header.get("capability")))
-            self._ids += 1
-            pending = Pending(self._ids, request, str(header.get("capability")))
-            self._pending[pending.id] = pending
+            pending = self._requests.add(request, str(header.get("capability")))
         self.send("request", {**header, "id": pending.id}, payload, every_rank=True)
         return pending
 
@@ -211,13 +172,10 @@ class ProcessReplica:
 
     def has_pending(self, pending: Pending) -> bool:
         """Whether ``pending`` is still open (neither answered in full nor failed)."""
-        with self._lock:
-            return pending.id in self._pending
+        return self._requests.has(pending)
 
     def finish(self, pending: Pending) -> None:
-        with self._lock:
-            self._pending.pop(pending.id, None)
-            self._reserved -= 1
+        self._requests.finish(pending)
 
     # -- watching ----------------------------------------------------------------------------
 
@@ -248,7 +206,7 @@ class ProcessReplica:
             self.fail(f"worker {worker.rank} sent a malformed frame ({error})")
             return
         with self._lock:
-            pending = self._pending.get(request_id) if isinstance(request_id, int) else None
+            pending = self._requests.get(request_id)
         if pending is None or worker.rank != 0:
             return  # an answer to a request its caller gave up on; only rank 0 answers
         with self._lock:  # is the worker still working for this request?
@@ -266,14 +224,12 @@ class ProcessReplica:
     def _tick(self) -> float:
         """Forward cancels and enforce execution deadlines; the seconds until the next look."""
         now = time.monotonic()
-        with self._lock:
-            pending = list(self._pending.values())
+        pending = self._requests.all()
         wake = CANCEL_INTERVAL if pending else IDLE_INTERVAL
         limit = self._execution_timeout
+        for item in self._requests.cancels_due(pending):
+            self.send("cancel", {"id": item.id})
         for item in pending:
-            if item.request.cancel_event.is_set() and not item.cancel_sent:
-                item.cancel_sent = True
-                self.send("cancel", {"id": item.id})
             if limit is not None and item.busy_since is not None:
                 left = item.busy_since + limit - now
                 if left < 0:
@@ -295,7 +251,7 @@ class ProcessReplica:
                 return
             self.state, self.failure = "failed", reason
             workers, self._workers = self._workers, []
-            pending, self._pending = list(self._pending.values()), {}
+            pending = self._requests.take_all()
         log.warning("%s replica %d failed: %s", self._engine_id, self.id, reason)
         for item in pending:
             item.frames.put(
@@ -344,7 +300,7 @@ class ProcessReplica:
                 return
             self._closed.set()
             workers, self._workers = self._workers, []
-            pending, self._pending = list(self._pending.values()), {}
+            pending = self._requests.take_all()
             self.state = "stopped"
         for item in pending:
             item.frames.put(self._closed_error())

@@ -63,14 +63,15 @@ class AgentProcess:
         }
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Close its stdin (it stops), wait, kill if it must; its pipes are closed either way."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +202,7 @@ def test_killing_the_agent_mid_stream_gives_worker_failed(tmp_path: Path) -> Non
         assert failed.value.detail["during"] == "synthesize"
     finally:
         doomed.process.kill()
-        doomed.process.wait()
+        doomed.stop()
 
 
 # -- the host refuses an agent of another protocol ----------------------------------------------

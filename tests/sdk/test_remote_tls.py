@@ -43,6 +43,7 @@ def tls_agent(tmp_path_factory):
     yield {"address": address, "token": str(token), "cert": str(cert)}
     agent.terminate()
     agent.wait(10)
+    agent.stdout.close()
 
 
 def remote(agent, **extra):

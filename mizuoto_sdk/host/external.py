@@ -23,6 +23,7 @@ from mizuoto_sdk.errors import CancelledError, OperationTimeoutError
 from mizuoto_sdk.frames import audio_fields, audio_from_fields
 from mizuoto_sdk.host.lockstep import CANCELLED, CLOSED, GO, TIMED_OUT, Lockstep
 from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving.inputs import INPUTS
 from mizuoto_sdk.serving.routing import ReplicaStatus
 from mizuoto_sdk.serving.submit import Submitter
 
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from mizuoto_runtime.parallel import Groups
     from mizuoto_sdk.host.model import LocalModel
     from mizuoto_sdk.types import AudioChunk
-
-_INPUTS = {"synthesize": ("text",), "convert": ("audio",), "edit": ("audio", "text")}
 
 
 class ExternalModel:
@@ -233,7 +232,7 @@ class ExternalModel:
 
 
 def _inputs(capability: str, header: Mapping[str, Any], audio: AudioChunk | None) -> list[Any]:
-    names = _INPUTS.get(capability, ())
+    names = INPUTS.get(capability, ())
     return [audio if name == "audio" else header.get("text") for name in names]
 
 

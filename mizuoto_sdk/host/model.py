@@ -22,6 +22,7 @@ from mizuoto_sdk.host.loading import owner_name
 from mizuoto_sdk.host.paths import staged_folder
 from mizuoto_sdk.manifest import EngineManifest
 from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving.inputs import checked_audio, checked_text, collected_inputs
 from mizuoto_sdk.serving.routing import ReplicaStatus
 from mizuoto_sdk.serving.submit import Submitter
 from mizuoto_sdk.types import AudioChunk, LoadSpec
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.engine import LoadedEngine
     from mizuoto_sdk.host.settings import Settings
-
-_INPUTS = {"synthesize": ("text",), "convert": ("audio",), "edit": ("audio", "text")}
 
 
 class ModelOwner(Protocol):
@@ -270,34 +269,25 @@ class LocalModel:
         return self._fail(InvalidRequest(f"{field}: {message}", {"field": field}))
 
     def _text(self, text: object) -> str:
-        if not isinstance(text, str):
-            raise self._invalid("text", f"expected a string, got {type(text).__name__}")
-        if not text.strip():
-            raise self._invalid("text", "is empty")
-        return text
+        try:
+            return checked_text(text)
+        except InvalidRequest as error:
+            raise self._fail(error) from None
 
     def _audio(self, audio: object) -> AudioChunk:
-        if not isinstance(audio, AudioChunk):
-            raise self._invalid("audio", f"expected an AudioChunk, got {type(audio).__name__}")
-        return audio
+        try:
+            return checked_audio(audio)
+        except InvalidRequest as error:
+            raise self._fail(error) from None
 
     def collect(
         self, capability: str, *arguments: object, request: EngineRequest | None = None
     ) -> AudioChunk:
         """The whole output of a streaming capability as one float32 mono chunk, computed in one
         step (``collect("synthesize", text)``)."""
-        names = _INPUTS.get(capability)
-        if names is None:
-            raise self._invalid(
-                "capability", f"expected one of {', '.join(_INPUTS)}, got {capability!r}"
-            )
-        if len(arguments) != len(names):
-            raise self._invalid(
-                names[0], f"{capability} takes {', '.join(names)}; got {len(arguments)} argument(s)"
-            )
+        try:
+            checked = collected_inputs(capability, arguments)
+        except InvalidRequest as error:
+            raise self._fail(error) from None
         call = self._call(capability, request)
-        checked = [
-            self._text(value) if name == "text" else self._audio(value)
-            for name, value in zip(names, arguments, strict=True)
-        ]
-        return call.collect(capability, *checked, call.ctx.params)
+        return call.collect(capability, *checked.values(), call.ctx.params)

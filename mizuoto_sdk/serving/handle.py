@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, Unsupported
 from mizuoto_sdk.frames import Frame, audio_fields, chunk_from_frame
 from mizuoto_sdk.request import EngineRequest
 from mizuoto_sdk.serving import exchange
+from mizuoto_sdk.serving.inputs import checked_audio, checked_text, collected_inputs
 from mizuoto_sdk.serving.routing import ReplicaStatus, Router
 from mizuoto_sdk.serving.submit import Submitter
 from mizuoto_sdk.types import AudioChunk
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from mizuoto_sdk.manifest import EngineManifest
     from mizuoto_sdk.serving.exchange import Replica
 
-_INPUTS = {"synthesize": ("text",), "convert": ("audio",), "edit": ("audio", "text")}
+
+T = TypeVar("T")
 
 
 class ReplicatedModel:
@@ -144,23 +146,15 @@ class ReplicatedModel:
         self, capability: str, *arguments: object, request: EngineRequest | None = None
     ) -> AudioChunk:
         """The whole output of a streaming capability as one float32 mono chunk."""
-        names = _INPUTS.get(capability)
-        if names is None:
-            raise self._invalid(
-                "capability", f"expected one of {', '.join(_INPUTS)}, got {capability!r}"
-            )
-        if len(arguments) != len(names):
-            raise self._invalid(
-                names[0], f"{capability} takes {', '.join(names)}; got {len(arguments)} argument(s)"
-            )
+        inputs = self._checked(collected_inputs, capability, arguments)
         self._supports(capability)
         header: dict[str, object] = {"capability": "collect", "of": capability}
         payload = b""
-        for name, value in zip(names, arguments, strict=True):
-            if name == "text":
-                header["text"] = self._text(value)
-            else:
-                header["audio"], payload = self._audio(value)
+        audio = inputs.get("audio")
+        if isinstance(audio, AudioChunk):
+            header["audio"], payload = audio_fields(audio)
+        if "text" in inputs:
+            header["text"] = inputs["text"]
         return chunk_from_frame(self._run(header, payload, request))
 
     def prepare_voice(
@@ -252,16 +246,18 @@ class ReplicatedModel:
         return InvalidRequest(f"{field}: {message}", {"field": field, "engine": self.manifest.id})
 
     def _text(self, text: object) -> str:
-        if not isinstance(text, str):
-            raise self._invalid("text", f"expected a string, got {type(text).__name__}")
-        if not text.strip():
-            raise self._invalid("text", "is empty")
-        return text
+        return self._checked(checked_text, text)
 
     def _audio(self, audio: object) -> tuple[dict[str, object], bytes]:
-        if not isinstance(audio, AudioChunk):
-            raise self._invalid("audio", f"expected an AudioChunk, got {type(audio).__name__}")
-        return audio_fields(audio)
+        return audio_fields(self._checked(checked_audio, audio))
+
+    def _checked(self, check: Callable[..., T], *arguments: object) -> T:
+        """``check(*arguments)``, its InvalidRequest naming this engine too."""
+        try:
+            return check(*arguments)
+        except InvalidRequest as error:
+            error.detail["engine"] = self.manifest.id
+            raise
 
     def _closed(self) -> EngineUnavailable:
         return EngineUnavailable(

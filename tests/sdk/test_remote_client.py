@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,32 @@ def test_sine_through_the_agent_equals_local_audio_bitwise(agent: AgentProcess) 
         request = EngineRequest(params={"seed": 7})
         assert collect(model.synthesize("hello", request)) == expected
         assert request.timings  # written back from the agent
+
+
+def test_many_threads_on_one_session_get_what_one_local_caller_gets(
+    agent: AgentProcess, site: None
+) -> None:
+    # 6 threads stream at once over one connection to the agent; each stream equals the same
+    # seed's stream from one local caller asking in turn.
+    def ask(model: Any, seed: int) -> bytes:
+        params = {"seed": seed, "chunks": 3, "chunk_samples": 400}
+        return collect(model.synthesize(f"text {seed}", EngineRequest(params=params)))
+
+    seeds = list(range(200, 218))
+    with service({}) as local:
+        serial = {seed: ask(local.load("faulty"), seed) for seed in seeds}
+    with service(agent.settings("faulty")) as host:
+        model = host.load("faulty")
+        start = threading.Barrier(6)
+
+        def client(mine: list[int]) -> dict[int, bytes]:
+            start.wait()
+            return {seed: ask(model, seed) for seed in mine}
+
+        with ThreadPoolExecutor(6) as pool:
+            parts = list(pool.map(client, [seeds[i::6] for i in range(6)]))
+        assert [r.in_flight for r in model.replicas] == [0]
+    assert {seed: answer for part in parts for seed, answer in part.items()} == serial
 
 
 def test_faulty_through_the_agent_equals_local_and_writes_back(

@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -93,6 +95,30 @@ def test_local_replicas_equal_inline_bitwise_for_the_same_seed(pair, inline):
     whole = pair.collect("synthesize", "hello", request=EngineRequest(params={"seed": 7}))
     expected = inline.collect("synthesize", "hello", request=EngineRequest(params={"seed": 7}))
     assert whole.samples.tobytes() == expected.samples.tobytes()
+
+
+def test_many_threads_at_once_get_what_one_caller_gets_in_turn(pair, inline):
+    # 8 threads, 3 requests each, streams and collects mixed, on both replicas at once: every
+    # answer equals the same seed's answer from one caller asking in turn, in this process.
+    def ask(model, seed):
+        request = EngineRequest(params={"seed": seed, "chunks": 3, "chunk_samples": 400})
+        if seed % 2:
+            return samples(model.synthesize(f"text {seed}", request))
+        return [model.collect("synthesize", f"text {seed}", request=request).samples.tobytes()]
+
+    seeds = range(100, 124)
+    serial = {seed: ask(inline, seed) for seed in seeds}
+    start = threading.Barrier(8)
+
+    def client(mine):
+        start.wait()
+        return {seed: ask(pair, seed) for seed in mine}
+
+    with ThreadPoolExecutor(8) as pool:
+        parts = pool.map(client, [list(seeds)[i::8] for i in range(8)])
+    concurrent = {seed: answer for part in parts for seed, answer in part.items()}
+    assert concurrent == serial
+    assert [r.in_flight for r in pair.replicas] == [0, 0]
 
 
 def test_submit_futures_resolve_streams_to_chunks_and_calls_to_values(pair, inline, tmp_path):

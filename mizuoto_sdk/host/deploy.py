@@ -4,7 +4,8 @@
 told what to load, with which settings and engines, and, in a replica of several ranks, its part
 of the parallel layout. ``external``: an ``ExternalModel``, this process being one rank that an
 external launcher (torchrun) started. ``remote``: a ``RemoteModel``, the model running on a
-``mizuoto agent`` elsewhere (``remote.hosts.<name>.*``).
+``mizuoto agent`` elsewhere (``remote.hosts.<name>.*``). Each is imported when it is first built,
+so a host that runs its models in process pays nothing at start-up for processes and sockets.
 """
 
 from __future__ import annotations
@@ -16,23 +17,19 @@ from typing import TYPE_CHECKING, Protocol
 
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.host.binding import bind_process
-from mizuoto_sdk.host.external import ExternalModel
 from mizuoto_sdk.host.paths import staged_folder
 from mizuoto_sdk.host.settings import DEFAULTS
 from mizuoto_sdk.manifest import device_type
-from mizuoto_sdk.remote.client import RemoteReplica
-from mizuoto_sdk.remote.hosts import RemoteHost
-from mizuoto_sdk.remote.model import RemoteModel
-from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import remote_device
-from mizuoto_sdk.serving.processes import WorkerSpec
-from mizuoto_sdk.serving.workers import ProcessReplica
 
 if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.discovery import Discovery
+    from mizuoto_sdk.host.external import ExternalModel
     from mizuoto_sdk.host.local import LocalEngine
     from mizuoto_sdk.host.settings import Settings
+    from mizuoto_sdk.remote.model import RemoteModel
+    from mizuoto_sdk.serving.handle import ReplicatedModel
     from mizuoto_sdk.serving.plan import Deployment
 
 
@@ -58,6 +55,10 @@ def replicated_model(
     options: Mapping[str, object],
 ) -> ReplicatedModel:
     """A handle whose replicas run in worker processes (started on its first request)."""
+    from mizuoto_sdk.serving.handle import ReplicatedModel
+    from mizuoto_sdk.serving.processes import WorkerSpec
+    from mizuoto_sdk.serving.workers import ProcessReplica
+
     engine_id = deployment.engine_id
     discovery, settings = service.discovery, service.settings
     manifest = discovery.manifest(engine_id)
@@ -108,6 +109,10 @@ def remote_model(
     options: Mapping[str, object],
 ) -> RemoteModel:
     """A handle on the agent ``deployment.host`` names (it connects on its first request)."""
+    from mizuoto_sdk.remote.client import RemoteReplica
+    from mizuoto_sdk.remote.hosts import RemoteHost
+    from mizuoto_sdk.remote.model import RemoteModel
+
     engine_id, settings = deployment.engine_id, service.settings
     manifest = service.discovery.manifest(engine_id)
     split = remote_device(deployment.replicas[0][0])
@@ -152,6 +157,7 @@ def external_model(
     world (``env://``), takes its device (``devices`` by rank, wrapping around: list one node's
     devices), and loads its part of the model."""
     from mizuoto_runtime.parallel import Groups
+    from mizuoto_sdk.host.external import ExternalModel
 
     groups = Groups.start(
         deployment.parallel.layout(), None, init_method="env://", backend=_backend(deployment)

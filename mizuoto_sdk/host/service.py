@@ -11,15 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.host.deploy import external_model, remote_model, replicated_model
-from mizuoto_sdk.host.external import ExternalModel
 from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import device_type
 from mizuoto_sdk.parallel import ParallelConfig, check_declared
-from mizuoto_sdk.remote.model import RemoteModel
-from mizuoto_sdk.serving.handle import ReplicatedModel
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
 
 if TYPE_CHECKING:
@@ -31,7 +28,11 @@ _BYTE_FIELDS = ("resident_bytes", "streamed_bytes", "host_bytes")
 WORKER = "mizuoto_sdk.host.worker:serve"
 """The function a worker process of a local deployment runs (``host/worker.py``)."""
 
-ServedModel = LocalModel | ReplicatedModel | ExternalModel
+if TYPE_CHECKING:  # the handles of other deployments are imported when one is built
+    from mizuoto_sdk.host.external import ExternalModel
+    from mizuoto_sdk.serving.handle import ReplicatedModel
+
+    ServedModel = LocalModel | ReplicatedModel | ExternalModel
 """What ``RuntimeService.load`` returns: the model in this process (``mode == "inline"``),
 served by worker processes (``mode == "local"``), this process's rank of it under an external
 launcher (``mode == "external"``), or on a ``mizuoto agent`` elsewhere (``mode == "remote"``, a
@@ -269,7 +270,7 @@ class RuntimeService:
             "description": model.description,
             "mode": model.mode,
             "replicas": [r.as_dict() for r in replicas],
-            **({"host": model.host} if isinstance(model, RemoteModel) else {}),
+            **({"host": getattr(model, "host", None)} if model.mode == "remote" else {}),
         }
 
     def make_room(self) -> list[str]:
@@ -359,7 +360,7 @@ class RuntimeService:
                 closing: list[ReplicatedModel] = [
                     s
                     for s in self._served.values()
-                    if isinstance(s, RemoteModel) and s.host == parts[2]
+                    if s.mode == "remote" and getattr(s, "host", None) == parts[2]
                 ]
             for model in closing:
                 model.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Generator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -237,16 +238,12 @@ def _inputs(capability: str, header: Mapping[str, Any], audio: AudioChunk | None
 
 
 def _deadline(request: EngineRequest | None) -> float | None:
-    import time
-
     if request is None or request.timeout is None:
         return None
     return time.monotonic() + request.timeout
 
 
 def _decision(request: EngineRequest | None, deadline: float | None) -> int:
-    import time
-
     if request is not None and request.cancel_event.is_set():
         return CANCELLED
     if deadline is not None and time.monotonic() >= deadline:

@@ -53,8 +53,9 @@ class Lockstep:
         sizes = torch.tensor([len(body), len(payload)], dtype=torch.int64)
         self._groups.broadcast(sizes, src=0, group="world")
         length, extra = (int(n) for n in sizes.tolist())
-        data = torch.frombuffer(bytearray(body + payload), dtype=torch.uint8)
-        if not self.output:
+        if self.output:
+            data = torch.frombuffer(bytearray(body + payload), dtype=torch.uint8)
+        else:
             data = torch.empty(length + extra, dtype=torch.uint8)
         self._groups.broadcast(data, src=0, group="world")
         raw = data.numpy().tobytes()

@@ -48,6 +48,7 @@ class ServedRequest:
         self._credit = threading.Semaphore(2)
         self._last = b""  # the frame that ends the answer (end, result or error)
         self._closing = False
+        self._cancelled = False  # ranks in step: stop at the next chunk boundary
         timeout = header.get("timeout")
         self._deadline: float | None = None
         self.request = EngineRequest(
@@ -72,8 +73,6 @@ class ServedRequest:
             self._credit.release()
         elif frame.kind == "text" and self.request.text_input is not None:
             self.request.text_input.put(frame.header.get("text"))
-
-    _cancelled = False
 
     def run(self) -> None:
         """Answer the request; its last frame waits for ``finish``."""

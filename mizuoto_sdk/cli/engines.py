@@ -5,20 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
 import shlex
-import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 from mizuoto_sdk import discovery
-from mizuoto_sdk.discovery import SELECTION_VARIABLE, Discovery, EngineRecord
-from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.discovery import SELECTION_VARIABLE, Discovery
 from mizuoto_sdk.hooks import ENTRY_POINT_GROUP
-from mizuoto_sdk.host.programs import Missing, missing_requirements
+from mizuoto_sdk.host.inventory import Diagnosis, doctor_report, engine_rows
+from mizuoto_sdk.host.programs import Missing
 
 if TYPE_CHECKING:
     from mizuoto_runtime.devices.probe import TorchBuild
@@ -40,80 +38,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     checking.set_defaults(handler=doctor)
 
 
-_Extra = TypedDict("_Extra", {"import": str, "requirement": str, "installed": bool})
-
-
-class _Row(TypedDict):
-    id: str
-    name: str | None
-    distribution: str
-    version: str
-    status: str
-    devices: list[str]
-    dtypes: list[str]
-    capabilities: list[str]
-    models: list[str]
-    extras: list[_Extra]
-    missing_programs: list[Missing]
-    params: list[dict[str, object]]
-    parallel_domains: list[str]
-    api_version: str | None
-    uses_torch: bool | None
-    entry_point: str
-    error: str | None
-
-
-class _Diagnosis(TypedDict):
-    id: str
-    status: str
-    available: bool
-    missing_extras: list[str]
-    missing_programs: list[Missing]
-    error: str | None
-    warnings: list[str]
-
-
-def _extras(record: EngineRecord) -> list[_Extra]:
-    extras = record.manifest.extras if record.manifest else {}
-    return [
-        {"import": name, "requirement": requirement, "installed": _importable(name)}
-        for name, requirement in extras.items()
-    ]
-
-
-def _importable(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _row(record: EngineRecord) -> _Row:
-    manifest = record.manifest
-    return {
-        "id": record.id,
-        "name": manifest.name if manifest else None,
-        "distribution": record.distribution,
-        "version": record.version,
-        "status": record.status,
-        "devices": list(manifest.devices) if manifest else [],
-        "dtypes": list(manifest.dtypes) if manifest else [],
-        "capabilities": list(manifest.capabilities) if manifest else [],
-        "models": [m.id for m in manifest.models] if manifest else [],
-        "extras": _extras(record),
-        "missing_programs": missing_requirements(manifest) if manifest else [],
-        "params": [param.describe() for param in manifest.params] if manifest else [],
-        "parallel_domains": list(manifest.parallel_domains) if manifest else [],
-        "api_version": manifest.api_version if manifest else None,
-        "uses_torch": manifest.uses_torch if manifest else None,
-        "entry_point": record.entry_point,
-        "error": record.error,
-    }
-
-
 def engines(args: argparse.Namespace) -> int:
     with _failures_in_table():
-        rows = [_row(r) for r in Discovery().records()]
+        rows = engine_rows(Discovery())
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -194,22 +121,12 @@ def doctor(args: argparse.Namespace) -> int:
     A torch build that does not match the machine is reported with the command that replaces
     it, but does not fail the command by itself: engines still run on the CPU.
     """
-    from mizuoto_runtime.devices.probe import torch_build
     from mizuoto_sdk.host.notorch import TORCH_INSTALL
 
-    build = torch_build()
-    discovery = Discovery()
-    records = discovery.records()
-    if args.engine is not None:
-        records = tuple(r for r in records if r.id == args.engine)
-        if not records:
-            known = ", ".join(sorted({r.id for r in discovery.records()}))
-            raise EngineError(
-                f"no engine {args.engine!r}; known engines: {known}", code="engine_not_found"
-            )
-    diagnoses = [_diagnose(discovery, r, bool(build["installed"])) for r in records]
+    report = doctor_report(Discovery(), args.engine)
+    build, diagnoses = report["torch"], report["engines"]
     if args.json:
-        print(json.dumps({"torch": build, "engines": diagnoses}, indent=2))
+        print(json.dumps(report, indent=2))
     else:
         if not build["installed"]:
             print(f"torch: not installed; engines that use torch need it: {TORCH_INSTALL}")
@@ -252,7 +169,7 @@ def _missing_line(need: Missing) -> str:
     return f"needs {need['kind']} {need['name']} ({need['reason']}): {need['install']}"
 
 
-def _problems(engine: _Diagnosis, torch_install: str) -> list[str]:
+def _problems(engine: Diagnosis, torch_install: str) -> list[str]:
     """Why ``engine`` cannot run, one sentence with its fix each; empty when it can."""
     if engine["available"]:
         return []
@@ -262,47 +179,3 @@ def _problems(engine: _Diagnosis, torch_install: str) -> list[str]:
     if engine["missing_extras"]:
         problems.append(f"lacks extras: {_pip_install(engine['missing_extras'])}")
     return problems or [f"needs torch: {torch_install}"]  # what else it lacks: torch
-
-
-def _diagnose(discovery: Discovery, record: EngineRecord, torch: bool) -> _Diagnosis:
-    """One engine's doctor entry, after importing its implementation as ``synth`` would.
-
-    A misspelt class, an import that fails or exits, or a class that disagrees with its manifest
-    shows here with status ``unavailable`` and the reason, rather than as "available".
-
-    Importing it must not import torch (listing and doctor stay fast and torch-free); when it
-    does, that is a warning. Once torch is in this process, later engines cannot be judged on
-    this point: ``mizuoto doctor ENGINE`` checks one engine in a fresh process. An engine that
-    uses torch is unavailable where torch is not installed (``torch`` False).
-    """
-    status: str = record.status
-    error = record.error
-    warnings: list[str] = []
-    if record.ok:
-        torch_before = "torch" in sys.modules
-        try:
-            discovery.get_engine(record.id)
-        except EngineError as unavailable:
-            status, error = "unavailable", str(unavailable)
-        else:
-            if not torch_before and "torch" in sys.modules:
-                implementation = record.manifest.implementation if record.manifest else record.id
-                warnings.append(
-                    f"importing {implementation} imports torch, which makes listing and doctor "
-                    "slow; import torch inside load() instead"
-                )
-    missing = [e["requirement"] for e in _extras(record) if not e["installed"]]
-    programs = missing_requirements(record.manifest) if record.manifest else []
-    uses_torch = record.manifest.uses_torch if record.manifest else None
-    return {
-        "id": record.id,
-        "status": status,
-        "available": status == "ok"
-        and not missing
-        and not programs
-        and (torch or uses_torch is False),
-        "missing_extras": missing,
-        "missing_programs": programs,
-        "error": error,
-        "warnings": warnings,
-    }

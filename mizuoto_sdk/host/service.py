@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.host.deploy import external_model, remote_model, replicated_model
+from mizuoto_sdk.host.inventory import DoctorReport, EngineRow, doctor_report, engine_rows
 from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
@@ -195,6 +196,15 @@ class RuntimeService:
             "RuntimeService.loaded is deprecated; use load", DeprecationWarning, stacklevel=2
         )
         return self.load(*args, **kwargs)
+
+    def describe_engines(self) -> list[EngineRow]:
+        """Every engine found, failed plugins included: what ``mizuoto engines --json`` prints."""
+        return engine_rows(self.discovery)
+
+    def doctor(self, engine_id: str | None = None) -> DoctorReport:
+        """The installed torch build against this machine, and whether each engine (or the one
+        named) can run here: what ``mizuoto doctor --json`` prints."""
+        return doctor_report(self.discovery, engine_id)
 
     def engines(self) -> list[LocalEngine]:
         with self.registry_lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,20 @@ USAGE_CODES = {"engine_not_found", "invalid_request", "capability_not_supported"
 
 class Usage(Exception):
     """A mistake in how the command was called: printed, exit 2."""
+
+
+def say(where: str, as_json: bool) -> None:
+    """Where a command's answer comes from (a server, or this process), one line: on stdout
+    before the lines, on stderr when stdout is JSON."""
+    print(where, file=sys.stderr if as_json else sys.stdout)
+
+
+def server_failure(error: Exception) -> int:
+    """A server that answered with a code that is not an engine's (``unauthorized``, ...), or
+    stopped answering: printed like an engine error, exit 1."""
+    code = getattr(error, "code", "server_unreachable")
+    print(f"mizuoto: error [{code}]: {error}", file=sys.stderr)
+    return 1
 
 
 def mib(count: object) -> str:

@@ -9,13 +9,15 @@ import json
 import logging
 import os
 import shlex
+import urllib.parse
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mizuoto_sdk import discovery
+from mizuoto_sdk.cli.common import say, server_failure
 from mizuoto_sdk.discovery import SELECTION_VARIABLE, Discovery
 from mizuoto_sdk.hooks import ENTRY_POINT_GROUP
-from mizuoto_sdk.host.inventory import Diagnosis, doctor_report, engine_rows
+from mizuoto_sdk.host.inventory import Diagnosis, DoctorReport, doctor_report, engine_rows
 from mizuoto_sdk.host.programs import Missing
 
 if TYPE_CHECKING:
@@ -118,14 +120,35 @@ def _nothing_listed() -> str:
 def doctor(args: argparse.Namespace) -> int:
     """Exit 1 when an engine checked (the one named, or any without a name) cannot run here.
 
-    A torch build that does not match the machine is reported with the command that replaces
-    it, but does not fail the command by itself: engines still run on the CPU.
+    Here is the running server when server.json names one (its report, through its API), else
+    this process; a line (stderr with ``--json``) says which. An embedding process's own host
+    (``main(argv, service=...)``) reports on itself. A torch build that does not match the
+    machine is reported with the command that replaces it, but does not fail the command by
+    itself: engines still run on the CPU.
     """
+    if args.service is not None:
+        return _show_doctor(args.service.doctor(args.engine), args.json)
+    from mizuoto_sdk.server.client import ServerError, ServerUnreachable, find_server
+
+    client, where = find_server()
+    say(where, args.json)
+    if client is None:
+        return _show_doctor(doctor_report(Discovery(), args.engine), args.json)
+    path = "/api/v1/runtime/doctor"
+    if args.engine is not None:
+        path = f"/api/v1/engines/{urllib.parse.quote(args.engine, safe='')}/doctor"
+    try:
+        report = client.get(path)
+    except (ServerError, ServerUnreachable) as error:
+        return server_failure(error)
+    return _show_doctor(cast("DoctorReport", report), args.json)
+
+
+def _show_doctor(report: DoctorReport, as_json: bool) -> int:
     from mizuoto_sdk.host.notorch import TORCH_INSTALL
 
-    report = doctor_report(Discovery(), args.engine)
     build, diagnoses = report["torch"], report["engines"]
-    if args.json:
+    if as_json:
         print(json.dumps(report, indent=2))
     else:
         if not build["installed"]:

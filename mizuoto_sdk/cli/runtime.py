@@ -1,5 +1,6 @@
-"""``mizuoto runtime``: the models this process serves: where their weights are, or (served by
-worker processes) each replica and its workers."""
+"""``mizuoto runtime``: the models the running server (found through server.json) or, without
+one, this process serves: where their weights are, or (served by worker processes) each replica
+and its workers."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from mizuoto_sdk.cli.common import Usage, mib
+from mizuoto_sdk.cli.common import Usage, mib, say, server_failure
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
 
 if TYPE_CHECKING:
     from mizuoto_sdk.host import RuntimeService
+    from mizuoto_sdk.server.client import ServerClient
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runtime_ = commands.add_parser(
         "runtime",
-        help="models loaded in this process, where their weights are, and their replicas",
+        help="models loaded in the running server (else in this process), where their weights "
+        "are, and their replicas",
     )
     runtime_.add_argument(
         "--json", action="store_true", help="print the models as JSON; default: lines"
@@ -48,7 +51,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def runtime(args: argparse.Namespace) -> int:
+    """The models of the running server when server.json names one (``--load``, ``--unload``
+    through its API), else of this process; a line (stderr with ``--json``) says which.
+
+    An embedding process's own host (``main(argv, service=...)``) is always the one shown.
+    """
     from mizuoto_sdk.host import RuntimeService
+    from mizuoto_sdk.server.client import ServerError, ServerUnreachable, find_server
 
     if args.service is not None:  # an embedding process's host: --set changes its settings
         from mizuoto_sdk.host.sources import parse_override
@@ -56,6 +65,19 @@ def runtime(args: argparse.Namespace) -> int:
         for override in args.set:
             args.service.settings.set(*parse_override(override))
         return _run(args, args.service)
+    client, where = find_server()
+    if client is not None:
+        if args.set:
+            raise Usage(
+                f"--set: the {where} keeps its own settings; change them in its settings file "
+                "and restart it, or stop it to run this command's own host with --set"
+            )
+        say(where, args.json)
+        try:
+            return _run_on_server(args, client)
+        except (ServerError, ServerUnreachable) as error:
+            return server_failure(error)
+    say(where, args.json)
     with RuntimeService(settings=host_settings(args.set)) as service:  # no worker outlives it
         return _run(args, service)
 
@@ -74,12 +96,31 @@ def _run(args: argparse.Namespace, service: RuntimeService) -> int:
         unloaded = service.unload(args.unload or None)
         if not args.json:
             print(f"unloaded: {', '.join(unloaded) or 'nothing idle'}")
-    models = service.describe_models()
-    if args.json:
+    return _show(service.describe_models(), args.json, "in this process")
+
+
+def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
+    """``_run`` through the server's API: the same requests, the same lines."""
+    for target in args.load:
+        engine_id, _, model = target.partition(":")
+        body = {"engine": engine_id, "model": model or None, "device": args.device}
+        client.post("/api/v1/runtime/load", body)
+    if args.unload is not None:
+        answer = client.post("/api/v1/runtime/unload", {"model": args.unload or None})
+        unloaded = answer.get("unloaded", []) if isinstance(answer, dict) else []
+        if not args.json:
+            print(f"unloaded: {', '.join(unloaded) or 'nothing idle'}")
+    runtime_ = client.get("/api/v1/runtime")
+    models = runtime_.get("models", []) if isinstance(runtime_, dict) else []
+    return _show(models, args.json, "in the server")
+
+
+def _show(models: list[dict[str, Any]], as_json: bool, where: str) -> int:
+    if as_json:
         print(json.dumps(models, indent=2, default=str))
         return 0
     if not models:
-        print("no models loaded in this process")
+        print(f"no models loaded {where}")
     for model in models:
         if model["mode"] == "inline":
             print(

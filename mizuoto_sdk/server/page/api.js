@@ -1,0 +1,58 @@
+// Calls to the server's JSON API. The token, when the server has one, rides in its HttpOnly
+// cookie (set by GET /?token=...), so nothing here handles it.
+
+const BASE = "/api/v1";
+
+// An error the API answered with: {code, message, detail}, and the HTTP status.
+export class ApiError extends Error {
+  constructor(code, message, detail = {}, status = 0) {
+    super(message);
+    this.code = code;
+    this.detail = detail;
+    this.status = status;
+  }
+}
+
+// The ApiError a failed response carries (a body that is not the API's error shape still
+// becomes one, coded by its status).
+export async function errorOf(response) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    // not JSON: fall through
+  }
+  if (body && typeof body.code === "string") {
+    return new ApiError(body.code, body.message ?? "", body.detail ?? {}, response.status);
+  }
+  return new ApiError(`http_${response.status}`, response.statusText || "request failed", {}, response.status);
+}
+
+export async function getJson(path) {
+  const response = await fetch(BASE + path, { headers: { Accept: "application/json" } });
+  if (!response.ok) throw await errorOf(response);
+  return response.json();
+}
+
+export async function postJson(path, body, signal = undefined) {
+  const response = await fetch(BASE + path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify(body),
+    signal,
+  });
+  if (!response.ok) throw await errorOf(response);
+  return response.json();
+}
+
+// POST /synthesize: the Response itself, whose body streams the WAV.
+export async function synthesize(request, signal) {
+  const response = await fetch(BASE + "/synthesize", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "audio/wav" },
+    body: JSON.stringify(request),
+    signal,
+  });
+  if (!response.ok) throw await errorOf(response);
+  return response;
+}

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["ServerClient", "ServerError", "ServerUnreachable", "find_server"]
 
 HEALTH = "/api/v1/health"
+HEALTH_TIMEOUT = 3.0  # seconds: a server that is up answers its health check at once
 # addresses a server binds to that a client cannot connect to: ask it on the loopback instead
 _ANY_ADDRESS = {"", "0.0.0.0", "::", "[::]"}
 
@@ -150,7 +151,7 @@ def find_server(path: Path | None = None, timeout: float = 10.0) -> tuple[Server
         )
     client = ServerClient(record, timeout=timeout)
     try:
-        health = client.get(HEALTH)
+        health = ServerClient(record, timeout=min(timeout, HEALTH_TIMEOUT)).get(HEALTH)
     except (ServerUnreachable, ServerError, EngineError) as error:
         return None, f"this process: {path} names pid {record.pid}, which {_silent(error)}"
     pid = health.get("pid") if isinstance(health, dict) else None

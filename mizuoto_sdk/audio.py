@@ -96,16 +96,37 @@ def write_wav(path: str | Path | BinaryIO, samples: np.ndarray, sample_rate: int
     ``int16 / 32768`` reading, so int16 audio read that way is written back bit for bit (the
     older ``x * 32767`` moved about one sample in 400 by one step). 1.0 itself clips to 32767.
     """
-    import numpy as np
-
-    scaled = np.asarray(samples, dtype=np.float64) * 32768.0
-    pcm = np.clip(np.rint(scaled), -32768, 32767).astype("<i2")
     target = str(path) if isinstance(path, (str, os.PathLike)) else path
     with wave.open(target, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(int(sample_rate))
-        out.writeframes(pcm.tobytes())
+        out.writeframes(pcm16(samples))
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """Mono float samples as little-endian 16-bit PCM, scaled as ``write_wav`` scales them."""
+    import numpy as np
+
+    scaled = np.asarray(samples, dtype=np.float64) * 32768.0
+    return np.clip(np.rint(scaled), -32768, 32767).astype("<i2").tobytes()
+
+
+UNKNOWN_SIZE = 0xFFFFFFFF
+"""The RIFF and data sizes of a WAV whose length is not known while it is sent."""
+
+
+def streamed_wav_header(sample_rate: int) -> bytes:
+    """The 44-byte header of a mono 16-bit PCM WAV sent as it is made: its sizes are
+    ``UNKNOWN_SIZE``, which players read as "until the stream ends"."""
+    return (
+        b"RIFF"
+        + struct.pack("<I", UNKNOWN_SIZE)
+        + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, _PCM, 1, sample_rate, sample_rate * 2, 2, 16)
+        + b"data"
+        + struct.pack("<I", UNKNOWN_SIZE)
+    )
 
 
 # WAVE format tags: integer PCM, IEEE float, and the extensible header that names one of them.
@@ -120,15 +141,23 @@ def read_wav(path: str | Path, field: str = "audio") -> AudioChunk:
     extensible header; integer PCM is divided by its full scale (16-bit ``-32768`` is -1.0).
     Anything else is an InvalidRequest naming ``field`` and the file, without torch.
     """
-    import numpy as np
-
-    def invalid(problem: str) -> InvalidRequest:
-        return InvalidRequest(f"{field}: {path} {problem}", {"field": field, "path": str(path)})
-
     try:
         data = Path(path).read_bytes()
     except OSError as error:
-        raise invalid(f"cannot be read: {error.strerror or error}") from None
+        raise InvalidRequest(
+            f"{field}: {path} cannot be read: {error.strerror or error}",
+            {"field": field, "path": str(path)},
+        ) from None
+    return parse_wav(data, field, str(path))
+
+
+def parse_wav(data: bytes, field: str = "audio", source: str = "the upload") -> AudioChunk:
+    """The bytes of a WAV file as ``read_wav`` reads them; ``source`` names them in errors."""
+    import numpy as np
+
+    def invalid(problem: str) -> InvalidRequest:
+        return InvalidRequest(f"{field}: {source} {problem}", {"field": field, "path": source})
+
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise invalid("is not a WAV file (no RIFF/WAVE header)")
     fmt, frames, offset = None, None, 12

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+bash scripts/install-browser.sh
 ruff check .
 ruff format --check .
 lint-imports --no-cache

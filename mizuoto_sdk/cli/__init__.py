@@ -15,7 +15,17 @@ import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mizuoto_sdk.cli import agent, convert, engines, models, runtime, settings, synth, voice
+from mizuoto_sdk.cli import (
+    agent,
+    convert,
+    engines,
+    models,
+    runtime,
+    serve,
+    settings,
+    synth,
+    voice,
+)
 from mizuoto_sdk.cli.common import USAGE_CODES, Usage
 from mizuoto_sdk.errors import EngineError
 from mizuoto_sdk.process import run_command
@@ -43,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (engines, synth, convert, voice, runtime, settings, models, agent):
+    for command in (engines, synth, convert, voice, runtime, settings, models, agent, serve):
         command.register(commands)
     for subparser in commands.choices.values():  # --debug after the command name works too
         subparser.add_argument(

@@ -1,0 +1,95 @@
+"""``mizuoto serve``: the HTTP API and the web page over this machine's engines (the ``server``
+extra: FastAPI and uvicorn), until Ctrl-C or SIGTERM.
+
+It listens on loopback unless told otherwise. Bound beyond loopback it checks a token on every
+request: the one in ``--token-file``, else a new random one, written into ``server.json`` (readable
+by its owner only) and shown in the page's address it prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from pathlib import Path
+
+from mizuoto_sdk.cli.agent import read_token
+from mizuoto_sdk.cli.common import Usage
+from mizuoto_sdk.cli.settings import add_set_option, host_settings
+from mizuoto_sdk.server.record import ServerRecord
+
+DEFAULT_PORT = 7370
+EXTRA = 'pip install "mizuoto-sdk[server]"'
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve_ = commands.add_parser(
+        "serve", help="serve the engines over HTTP (API and web page) until stopped"
+    )
+    serve_.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on; default: 127.0.0.1 (this machine only); any other "
+        "address needs a token on every request",
+    )
+    serve_.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"the port; 0: a free one (server.json says which); default: {DEFAULT_PORT}",
+    )
+    serve_.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="require the secret in FILE on every request; default: none on loopback, a new "
+        "random token (kept in server.json) on any other address",
+    )
+    add_set_option(serve_)
+    serve_.set_defaults(handler=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from mizuoto_sdk.server.client import find_server
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as error:
+        raise Usage(
+            f"mizuoto serve needs the server extra ({error.name} is missing): {EXTRA}"
+        ) from None
+    from mizuoto_sdk.host import RuntimeService
+    from mizuoto_sdk.server.serve import is_loopback, listen, run_server
+
+    if not 0 <= args.port <= 65535:
+        raise Usage(f"--port {args.port}: expected 0 to 65535")
+    running, _ = find_server()
+    if running is not None:
+        raise Usage(f"a server already runs at {running.url}: stop it first (server.json names it)")
+    token = None if args.token_file is None else read_token(args.token_file).decode()
+    if token is None and not is_loopback(args.host):
+        token = secrets.token_urlsafe(32)
+    settings = host_settings(args.set)
+    try:
+        sock = listen(args.host, args.port)
+    except OSError as error:
+        raise Usage(
+            f"--host {args.host} --port {args.port}: cannot listen: {error.strerror or error}"
+        ) from None
+    with RuntimeService(settings=settings) as service:
+        run_server(service, sock, token=token, version=_version(), announce=_announce)
+    return 0
+
+
+def _announce(record: ServerRecord, path: Path) -> None:
+    page = f"{record.url}/?token={record.token}" if record.token else f"{record.url}/"
+    print(f"mizuoto server at {record.url} (pid {record.pid})", file=sys.stderr)
+    print(f"  the page: {page}", file=sys.stderr)
+    print(f"  server.json: {path}; stop with Ctrl-C", file=sys.stderr, flush=True)
+
+
+def _version() -> str:
+    from mizuoto_sdk.cli import _version
+
+    return _version()

@@ -1,0 +1,253 @@
+"""The HTTP API and the web page over one RuntimeService (FastAPI; ``mizuoto serve`` runs it).
+
+Every handler that touches the service runs in a worker thread (plain ``def`` handlers, or
+``run_in_threadpool``), never on the event loop; a synthesis runs on a thread of its own
+(``stream.ChunkFeed``). Errors are ``{"code", "message", "detail"}`` with the registry's codes
+mapped to HTTP statuses (``STATUS``); ``access.py`` checks the Host header and the token first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import Body, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from mizuoto_sdk.audio import parse_wav
+from mizuoto_sdk.errors import EngineError, InvalidRequest
+from mizuoto_sdk.host import EngineRequest, RuntimeService
+from mizuoto_sdk.server.access import Access
+from mizuoto_sdk.server.stream import ChunkFeed, WavStream, first_chunk
+
+PAGE = Path(__file__).with_name("page")
+API = "/api/v1"
+
+STATUS = {
+    "invalid_request": 400,
+    "capability_not_supported": 400,
+    "engine_not_found": 404,
+    "model_not_installed": 409,
+    "cancelled": 499,  # the client closed the request (it rarely sees this answer)
+    "engine_error": 500,
+    "worker_failed": 502,
+    "engine_unavailable": 503,
+    "compute_unavailable": 503,
+    "operation_timeout": 504,
+}
+"""HTTP status of each code of the error registry (``mizuoto_sdk.errors.ERROR_CODES``)."""
+
+_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
+_VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SynthesisBody(_Body):
+    engine: str = Field(description="an engine id (GET /api/v1/engines)")
+    text: str = Field(description="the words to say")
+    params: dict[str, Any] = Field(default_factory=dict, description="the engine's params")
+    seed: int | None = Field(default=None, ge=0, description="the same seed, the same audio")
+    model: str | None = Field(default=None, description="a model id; default: the engine's")
+    device: str | None = Field(default=None, description="default: the engine's device setting")
+
+
+class UnloadBody(_Body):
+    model: str | None = Field(
+        default=None, description="an engine id or a model as listed; null: every idle model"
+    )
+
+
+class LoadBody(_Body):
+    engine: str
+    model: str | None = None
+    device: str | None = None
+
+
+def error_response(code: str, message: str, detail: dict[str, Any], status: int) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message, "detail": detail}, status_code=status)
+
+
+def create_app(
+    service: RuntimeService,
+    *,
+    token: str | None = None,
+    loopback: bool = True,
+    version: str = "unknown",
+    voices: Path | None = None,
+) -> FastAPI:
+    """The server's app over ``service``. ``token``: required on every request when set;
+    ``loopback``: only loopback Host headers are accepted; ``voices``: where POST /voices writes
+    (default: ``voices`` in the data folder), added to the setting ``voices.roots``."""
+    if voices is None:
+        from mizuoto_sdk.host.models import data_home
+
+        voices = data_home() / "voices"
+    roots = [os.fspath(root) for root in service.settings.get("voices.roots") or ()]
+    service.settings.set("voices.roots", [*roots, os.fspath(voices)])
+    app = FastAPI(
+        title="Mizuoto server",
+        version=version,
+        docs_url=None,  # Swagger's page loads scripts from a CDN: only the description is served
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.add_middleware(Access, token=token, loopback=loopback)
+    _errors(app)
+    _routes(app, service, version, voices)
+    app.mount("/page", StaticFiles(directory=PAGE), name="page")
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(EngineError)
+    async def engine_error(request: Request, error: EngineError) -> JSONResponse:
+        detail = {k: v for k, v in error.detail.items() if k != "traceback"}
+        return error_response(error.code, error.message, detail, STATUS.get(error.code, 500))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
+        problems = error.errors()
+        first = problems[0] if problems else {}
+        field = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
+        message = f"{field}: {first.get('msg', 'invalid')}"
+        listed = [
+            {"field": ".".join(map(str, p["loc"][1:])), "problem": p["msg"]} for p in problems
+        ]
+        return error_response("invalid_request", message, {"field": field, "problems": listed}, 400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(error.status_code, "invalid_request")
+        return error_response(
+            code, str(error.detail), {"path": request.url.path}, error.status_code
+        )
+
+
+def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -> None:
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get(f"{API}/health")
+    def health() -> dict[str, object]:
+        return {"status": "ok", "pid": os.getpid(), "version": version}
+
+    @app.get(f"{API}/engines")
+    def engines() -> list[dict[str, Any]]:
+        return [dict(row) for row in service.describe_engines()]
+
+    @app.get(f"{API}/engines/{{engine_id}}/doctor")
+    def engine_doctor(engine_id: str) -> dict[str, Any]:
+        return dict(service.doctor(engine_id))
+
+    @app.get(f"{API}/runtime/doctor")
+    def runtime_doctor() -> dict[str, Any]:
+        return dict(service.doctor())
+
+    @app.get(f"{API}/runtime")
+    def runtime() -> dict[str, Any]:
+        return {"pid": os.getpid(), "models": _json(service.describe_models())}
+
+    @app.post(f"{API}/runtime/unload")
+    def unload(body: UnloadBody) -> dict[str, Any]:
+        if body.model is not None and body.model not in _unloadable(service):
+            raise InvalidRequest(
+                f"model: no loaded model or engine {body.model!r}",
+                {"field": "model", "known": sorted(_unloadable(service))},
+            )
+        return {"unloaded": service.unload(body.model)}
+
+    @app.post(f"{API}/runtime/load")
+    def load(body: LoadBody) -> dict[str, Any]:
+        model = service.load(body.engine, body.model, device=body.device)
+        model.start()
+        return {"model": model.name}
+
+    @app.post(f"{API}/synthesize", response_class=WavStream)
+    async def synthesize(body: SynthesisBody, request: Request) -> Response:
+        """Audio as it is made (16-bit PCM mono WAV); a client that leaves cancels the request."""
+        started = time.perf_counter()
+        model, call = await run_in_threadpool(_prepare, service, body)
+        feed = ChunkFeed(
+            lambda: model.synthesize(body.text, call), call, f"synthesize {model.name}"
+        )
+        chunk = await first_chunk(feed, request.receive)
+        if chunk is None:
+            if call.cancel_event.is_set():  # the client left: nobody reads this answer
+                return Response(status_code=STATUS["cancelled"])
+            raise InvalidRequest(
+                f"text: engine {body.engine!r} produced no audio for it", {"field": "text"}
+            )
+        headers = {
+            "X-Mizuoto-Model": model.name,
+            "X-Mizuoto-Sample-Rate": str(chunk.sample_rate),
+            "X-Mizuoto-First-Chunk": f"{feed.first_chunk_seconds or 0.0:.6f}",
+            "X-Mizuoto-First-Byte": f"{time.perf_counter() - started:.6f}",
+            "Cache-Control": "no-store",
+        }
+        return WavStream(feed, chunk, headers)
+
+    @app.post(f"{API}/voices")
+    def prepare_voice(
+        audio: bytes = Body(media_type="audio/wav", description="the recording, a WAV file"),
+        engine: str = Query(description="an engine id with the prepare_voice capability"),
+        name: str = Query(description="the voice's name: letters, digits, '.', '_', '-'"),
+        model: str | None = Query(default=None),
+        seed: int | None = Query(default=None, ge=0),
+    ) -> dict[str, Any]:
+        if not _VOICE_NAME.fullmatch(name):
+            raise InvalidRequest(
+                f"name: {name!r} is not a voice name: up to 64 letters, digits, '.', '_' or "
+                "'-', beginning with a letter or digit",
+                {"field": "name"},
+            )
+        recording = parse_wav(audio, "audio", "the request body")
+        served = service.load(engine, model)
+        params = {} if seed is None else {"seed": seed}
+        folder = voices / engine / name
+        result = served.prepare_voice(recording, folder, EngineRequest(params=params))
+        return {"name": name, "voice": os.fspath(folder), "result": _json(result or {})}
+
+
+def _prepare(service: RuntimeService, body: SynthesisBody) -> tuple[Any, EngineRequest]:
+    """The model and the request of a synthesis, loaded and checked before the answer begins."""
+    params = dict(body.params)
+    if body.seed is not None:
+        if "seed" in params:
+            raise InvalidRequest(
+                "seed and params.seed both set the seed; give one of them", {"field": "seed"}
+            )
+        params["seed"] = body.seed
+    if not body.text.strip():
+        raise InvalidRequest("text: is empty; give the words to synthesize", {"field": "text"})
+    service.discovery.manifest(body.engine)  # an unknown engine: engine_not_found, before loading
+    model = service.load(body.engine, body.model, device=body.device)
+    return model, EngineRequest(params=params)
+
+
+def _unloadable(service: RuntimeService) -> set[str]:
+    """What ``unload`` accepts: the loaded models by name and owner, and every engine id."""
+    models = service.describe_models()
+    return (
+        {m["name"] for m in models}
+        | {m["owner"] for m in models}
+        | {record.id for record in service.discovery.records()}
+    )
+
+
+def _json(value: Any) -> Any:
+    """``value`` with what JSON cannot hold (paths, numpy numbers) as text."""
+    import json
+
+    return json.loads(json.dumps(value, default=str))

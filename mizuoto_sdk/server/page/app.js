@@ -124,9 +124,11 @@ async function run(event) {
   const started = performance.now();
   controller = new AbortController();
   const reader = new WavStreamReader();
+  let responded = false;
   try {
     await player.begin();
     const response = await synthesize(request(), controller.signal);
+    responded = true;
     const body = response.body.getReader();
     for (;;) {
       const { done, value } = await body.read();
@@ -153,7 +155,7 @@ async function run(event) {
       showStatus("stopped");
     } else {
       player.stop();
-      showError(streamError(error, reader));
+      showError(streamError(error, responded, reader));
       setState("error");
       showStatus("failed");
     }
@@ -163,14 +165,15 @@ async function run(event) {
   }
 }
 
-// An error while reading: the API's own, or a stream the server cut after its first audio.
-function streamError(error, reader) {
+// An error while reading: the API's own, or a stream the server cut after it had begun. A cut
+// stream carries no error body, and the browser may drop the audio it had not yet handed over.
+function streamError(error, responded, reader) {
   if (error instanceof ApiError) return error;
   if (error instanceof WavError) return new ApiError("invalid_audio", error.message);
-  if (reader.header) {
+  if (responded) {
     return new ApiError(
       "stream_interrupted",
-      "The audio stream ended early: the server failed after the first audio (its log says why).",
+      "The audio stream ended early: the server failed after it had begun (its log says why).",
       { samples_received: reader.sampleCount },
     );
   }

@@ -138,7 +138,7 @@ def doctor(args: argparse.Namespace) -> int:
     if args.engine is not None:
         path = f"/api/v1/engines/{urllib.parse.quote(args.engine, safe='')}/doctor"
     try:
-        report = client.get(path)
+        report = client.get(path, timeout=120.0)  # the server imports each implementation
     except (ServerError, ServerUnreachable) as error:
         return server_failure(error)
     return _show_doctor(cast("DoctorReport", report), args.json)

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from mizuoto_sdk.server.client import ServerClient
 
 
+LOAD_TIMEOUT = 900.0
+"""Seconds ``--load`` waits for a server to load a model (reading large weights takes minutes)."""
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     runtime_ = commands.add_parser(
         "runtime",
@@ -104,7 +108,7 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
     for target in args.load:
         engine_id, _, model = target.partition(":")
         body = {"engine": engine_id, "model": model or None, "device": args.device}
-        client.post("/api/v1/runtime/load", body)
+        client.post("/api/v1/runtime/load", body, timeout=LOAD_TIMEOUT)
     if args.unload is not None:
         answer = client.post("/api/v1/runtime/unload", {"model": args.unload or None})
         unloaded = answer.get("unloaded", []) if isinstance(answer, dict) else []

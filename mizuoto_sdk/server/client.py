@@ -70,13 +70,17 @@ class ServerClient:
     def url(self) -> str:
         return self.record.url
 
-    def get(self, path: str) -> object:
-        return self._request("GET", path, None)
+    def get(self, path: str, *, timeout: float | None = None) -> object:
+        """The JSON answer to ``GET path``; ``timeout`` (seconds) overrides the client's."""
+        return self._request("GET", path, None, timeout)
 
-    def post(self, path: str, body: Mapping[str, object]) -> object:
-        return self._request("POST", path, json.dumps(dict(body)).encode())
+    def post(
+        self, path: str, body: Mapping[str, object], *, timeout: float | None = None
+    ) -> object:
+        """The JSON answer to ``POST path`` with ``body`` as JSON; ``timeout`` as for ``get``."""
+        return self._request("POST", path, json.dumps(dict(body)).encode(), timeout)
 
-    def _connection(self) -> HTTPConnection:
+    def _connection(self, timeout: float) -> HTTPConnection:
         from http.client import HTTPConnection, HTTPSConnection
 
         parts = urlsplit(self.record.url)
@@ -85,24 +89,25 @@ class ServerClient:
             host = "127.0.0.1"
         port = parts.port or self.record.port
         if parts.scheme == "https":
-            return HTTPSConnection(host, port, timeout=self.timeout)
-        return HTTPConnection(host, port, timeout=self.timeout)
+            return HTTPSConnection(host, port, timeout=timeout)
+        return HTTPConnection(host, port, timeout=timeout)
 
-    def _request(self, method: str, path: str, body: bytes | None) -> object:
+    def _request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> object:
         import http.client
 
+        timeout = self.timeout if timeout is None else timeout
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self.record.token:
             headers["Authorization"] = f"Bearer {self.record.token}"
-        connection = self._connection()
+        connection = self._connection(timeout)
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
             status, payload = response.status, response.read()
         except TimeoutError as error:
-            raise ServerUnreachable(self.url, f"no answer within {self.timeout:g} s") from error
+            raise ServerUnreachable(self.url, f"no answer within {timeout:g} s") from error
         except (OSError, http.client.HTTPException) as error:
             raise ServerUnreachable(self.url, str(error) or type(error).__name__) from error
         finally:

@@ -28,6 +28,14 @@ if CHROMIUM is None:
 SYNTH_S = 30_000  # ms: a sine synthesis (first load included) on a busy two-core machine
 TEXT = "Hello from the page."
 SEED = 7
+# True when the waveform canvas has more lit pixels than its one-pixel axis line.
+WAVEFORM_DRAWN = """() => {
+    const canvas = document.querySelector('#waveform');
+    const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    let lit = 0;
+    for (let i = 3; i < pixels.length; i += 4) if (pixels[i]) lit++;
+    return lit > 2 * canvas.width;
+}"""
 
 
 def wav_sample_count(data: bytes) -> tuple[int, int]:
@@ -97,6 +105,26 @@ def test_engines_are_listed_and_those_that_cannot_synthesize_are_disabled(page, 
     expect(page.locator("#param-speed")).to_have_value("1")
 
 
+def test_engines_that_cannot_synthesize_cannot_be_chosen_and_say_why(browser, server):
+    def with_unusable_engines(route) -> None:
+        engines = route.fetch().json()
+        broken = {**engines[0], "id": "broken", "status": "import_error", "error": "no module x"}
+        converter = {**engines[0], "id": "converter", "capabilities": ["convert"]}
+        route.fulfill(json=[*engines, broken, converter])
+
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.route("**/api/v1/engines", with_unusable_engines)
+        page.goto(server.url + "/")
+        expect(page.locator("#engines")).to_have_attribute("data-state", "loaded")
+        for engine, why in [("broken", "no module x"), ("converter", "does not synthesize")]:
+            expect(page.locator(f"input[name=engine][value={engine}]")).to_be_disabled()
+            expect(page.locator(f"label[data-engine={engine}] .reason")).to_contain_text(why)
+    finally:
+        context.close()
+
+
 def test_a_synthesis_streams_plays_and_draws(page, server):
     synthesize(page, "sine", TEXT, speed="1.5")
     expect(page.locator("#synthesis")).to_have_attribute("data-state", "done", timeout=SYNTH_S)
@@ -118,13 +146,7 @@ def test_a_synthesis_streams_plays_and_draws(page, server):
     duration = page.evaluate("document.querySelector('#audio').duration")
     assert duration == pytest.approx(samples / rate, rel=0.05)
 
-    lit = page.evaluate(
-        "() => { const c = document.querySelector('#waveform');"
-        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-        " let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n; }"
-    )
-    axis_only = page.evaluate("document.querySelector('#waveform').width")
-    assert lit > 2 * axis_only, "the waveform canvas shows nothing but its axis"
+    assert page.evaluate(WAVEFORM_DRAWN), "the waveform canvas shows nothing but its axis"
     expect(page.locator("#status")).to_contain_text("first audio")
 
 
@@ -167,6 +189,7 @@ def test_a_stream_the_server_cuts_is_shown_as_interrupted(page):
 def test_stop_ends_the_stream_and_the_server_cancels_it(page):
     synthesize(page, "faulty", TEXT, fault="slow", chunks="200", delay="0.1")
     page.wait_for_function("window.mizuotoPage.sampleCount > 0", timeout=SYNTH_S)
+    page.wait_for_function(WAVEFORM_DRAWN)  # drawn while the stream still runs
     row = page.locator("#runtime tbody tr[data-engine=faulty]")
     expect(row).to_have_attribute("data-state", "busy", timeout=5_000)
     page.click("#stop")

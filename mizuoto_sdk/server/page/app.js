@@ -29,6 +29,8 @@ const page = {
   totalMs: null,
   sampleRate: null,
   sampleCount: 0,
+  model: null, // the server's name of the model that answered
+  engineFirstChunkS: null, // the engine's own time to its first chunk, as the server measured it
   error: null,
 };
 window.mizuotoPage = page;
@@ -66,8 +68,9 @@ function seconds(ms) {
 
 function showStatus(prefix = "") {
   const duration = page.sampleRate ? page.sampleCount / page.sampleRate : 0;
+  const engine = page.engineFirstChunkS === null ? "" : ` (engine ${page.engineFirstChunkS.toFixed(2)} s)`;
   const parts = [
-    `first audio ${seconds(page.firstAudioMs)}`,
+    `first audio ${seconds(page.firstAudioMs)}${engine}`,
     `total ${seconds(page.totalMs)}`,
     `audio ${duration.toFixed(2)} s`,
   ];
@@ -113,7 +116,14 @@ async function run(event) {
   event.preventDefault();
   if (!page.engine || page.state === "streaming") return;
   clearError();
-  Object.assign(page, { firstAudioMs: null, totalMs: null, sampleRate: null, sampleCount: 0 });
+  Object.assign(page, {
+    firstAudioMs: null,
+    totalMs: null,
+    sampleRate: null,
+    sampleCount: 0,
+    model: null,
+    engineFirstChunkS: null,
+  });
   download.hidden = true;
   audio.removeAttribute("src");
   audio.load();
@@ -129,6 +139,9 @@ async function run(event) {
     await player.begin();
     const response = await synthesize(request(), controller.signal);
     responded = true;
+    page.model = response.headers.get("X-Mizuoto-Model");
+    const firstChunk = Number.parseFloat(response.headers.get("X-Mizuoto-First-Chunk"));
+    page.engineFirstChunkS = Number.isFinite(firstChunk) ? firstChunk : null;
     const body = response.body.getReader();
     for (;;) {
       const { done, value } = await body.read();

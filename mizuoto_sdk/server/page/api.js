@@ -25,7 +25,8 @@ export async function errorOf(response) {
   if (body && typeof body.code === "string") {
     return new ApiError(body.code, body.message ?? "", body.detail ?? {}, response.status);
   }
-  return new ApiError(`http_${response.status}`, response.statusText || "request failed", {}, response.status);
+  const message = response.statusText || "request failed";
+  return new ApiError(`http_${response.status}`, message, {}, response.status);
 }
 
 export async function getJson(path) {

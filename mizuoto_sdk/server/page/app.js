@@ -47,7 +47,7 @@ function setState(state) {
 }
 
 function showError(error) {
-  const api = error instanceof ApiError ? error : new ApiError("client_error", String(error.message || error));
+  const api = error instanceof ApiError ? error : new ApiError("client_error", errorText(error));
   page.error = { code: api.code, message: api.message, detail: api.detail };
   errorBox.hidden = false;
   errorBox.querySelector(".code").textContent = api.code;
@@ -55,6 +55,10 @@ function showError(error) {
   const detail = Object.keys(api.detail || {}).length ? JSON.stringify(api.detail, null, 2) : "";
   errorBox.querySelector(".detail").textContent = detail;
   errorBox.querySelector(".detail").hidden = !detail;
+}
+
+function errorText(error) {
+  return String(error.message || error);
 }
 
 function clearError() {
@@ -68,7 +72,8 @@ function seconds(ms) {
 
 function showStatus(prefix = "") {
   const duration = page.sampleRate ? page.sampleCount / page.sampleRate : 0;
-  const engine = page.engineFirstChunkS === null ? "" : ` (engine ${page.engineFirstChunkS.toFixed(2)} s)`;
+  const engineS = page.engineFirstChunkS;
+  const engine = engineS === null ? "" : ` (engine ${engineS.toFixed(2)} s)`;
   const parts = [
     `first audio ${seconds(page.firstAudioMs)}${engine}`,
     `total ${seconds(page.totalMs)}`,
@@ -190,7 +195,7 @@ function streamError(error, responded, reader) {
       { samples_received: reader.sampleCount },
     );
   }
-  return new ApiError("network_error", String(error.message || error));
+  return new ApiError("network_error", errorText(error));
 }
 
 function stop() {

@@ -45,15 +45,21 @@ export function renderEngines(list, engines, onChoose) {
       element("span", { class: `badge status-${engine.status}`, text: engine.status }),
       element("span", { class: "capabilities", text: (engine.capabilities || []).join(" · ") }),
     );
-    if (reason) label.append(element("span", { class: "reason", text: `Cannot synthesize: ${reason}` }));
+    if (reason) {
+      label.append(element("span", { class: "reason", text: `Cannot synthesize: ${reason}` }));
+    }
     list.append(element("li", {}, label));
   }
 }
 
 function describeRange(param) {
   const parts = [];
-  if (param.minimum !== undefined) parts.push(`${param.exclusive_minimum ? ">" : "≥"} ${param.minimum}`);
-  if (param.maximum !== undefined) parts.push(`${param.exclusive_maximum ? "<" : "≤"} ${param.maximum}`);
+  if (param.minimum !== undefined) {
+    parts.push(`${param.exclusive_minimum ? ">" : "≥"} ${param.minimum}`);
+  }
+  if (param.maximum !== undefined) {
+    parts.push(`${param.exclusive_maximum ? "<" : "≤"} ${param.maximum}`);
+  }
   return parts.join(", ");
 }
 

@@ -12,7 +12,8 @@ function mib(bytes) {
 
 function replicaText(replicas) {
   const healthy = replicas.filter((replica) => replica.healthy).length;
-  return healthy === replicas.length ? String(replicas.length) : `${replicas.length} (${healthy} healthy)`;
+  const count = String(replicas.length);
+  return healthy === replicas.length ? count : `${count} (${healthy} healthy)`;
 }
 
 export class RuntimePanel {
@@ -73,7 +74,11 @@ export class RuntimePanel {
       element("td", { class: "bytes", text: mib(model.resident_bytes) }),
       element("td", { class: "bytes", text: mib(model.streamed_bytes) }),
       element("td", { class: "bytes", text: mib(model.host_bytes) }),
-      element("td", {}, element("span", { class: `badge state-${model.state}`, text: model.state })),
+      element(
+        "td",
+        {},
+        element("span", { class: `badge state-${model.state}`, text: model.state }),
+      ),
       element("td", { text: replicaText(model.replicas || []) }),
       element("td", {}, unload),
     );

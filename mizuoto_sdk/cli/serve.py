@@ -19,6 +19,7 @@ from mizuoto_sdk.cli.settings import add_set_option, host_settings
 from mizuoto_sdk.server.record import ServerRecord
 
 DEFAULT_PORT = 7370
+_TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")
 EXTRA = 'pip install "mizuoto-sdk[server]"'
 
 
@@ -60,16 +61,14 @@ def serve(args: argparse.Namespace) -> int:
             f"mizuoto serve needs the server extra ({error.name} is missing): {EXTRA}"
         ) from None
     from mizuoto_sdk.host import RuntimeService
-    from mizuoto_sdk.server.serve import is_loopback, listen, run_server
+    from mizuoto_sdk.server.serve import listen, run_server
 
     if not 0 <= args.port <= 65535:
         raise Usage(f"--port {args.port}: expected 0 to 65535")
     running, _ = find_server()
     if running is not None:
         raise Usage(f"a server already runs at {running.url}: stop it first (server.json names it)")
-    token = None if args.token_file is None else read_token(args.token_file).decode()
-    if token is None and not is_loopback(args.host):
-        token = secrets.token_urlsafe(32)
+    token = server_token(args.host, args.token_file)
     settings = host_settings(args.set)
     try:
         sock = listen(args.host, args.port)
@@ -80,6 +79,22 @@ def serve(args: argparse.Namespace) -> int:
     with RuntimeService(settings=settings) as service:
         run_server(service, sock, token=token, version=_version(), announce=_announce)
     return 0
+
+
+def server_token(host: str, token_file: Path | None) -> str | None:
+    """The token every request must carry: ``token_file``'s, else a new one unless ``host`` is
+    loopback (where a server needs none)."""
+    from mizuoto_sdk.server.serve import is_loopback
+
+    if token_file is not None:
+        token = read_token(token_file)
+        if not set(token) <= _TOKEN_BYTES:
+            raise Usage(
+                f"--token-file {token_file}: use letters, digits and -._~+/= only (it travels "
+                "in an HTTP header)"
+            )
+        return token.decode()
+    return None if is_loopback(host) else secrets.token_urlsafe(32)
 
 
 def _announce(record: ServerRecord, path: Path) -> None:

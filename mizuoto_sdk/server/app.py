@@ -45,6 +45,12 @@ STATUS = {
 }
 """HTTP status of each code of the error registry (``mizuoto_sdk.errors.ERROR_CODES``)."""
 
+_WAV_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "16-bit PCM mono WAV, sent as it is made (sizes 0xFFFFFFFF: unknown)",
+        "content": {"audio/wav": {}},
+    }
+}
 _HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
 _VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -174,7 +180,7 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
         model.start()
         return {"model": model.name}
 
-    @app.post(f"{API}/synthesize", response_class=WavStream)
+    @app.post(f"{API}/synthesize", responses=_WAV_RESPONSE)
     async def synthesize(body: SynthesisBody, request: Request) -> Response:
         """Audio as it is made (16-bit PCM mono WAV); a client that leaves cancels the request."""
         started = time.perf_counter()

@@ -1,0 +1,304 @@
+"""The server's HTTP API against a real ``mizuoto serve`` on a loopback port (conftest.server)."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+import numpy as np
+import pytest
+from server_support import RunningServer
+
+from mizuoto_sdk.audio import UNKNOWN_SIZE, pcm16, write_wav
+from mizuoto_sdk.errors import ERROR_CODES
+from mizuoto_sdk.host import EngineRequest, RuntimeService
+
+HANG_AFTER_FIRST = {"fault": "hang_cancellable", "at": 1, "chunks": 3}
+
+
+def pcm_of(body: bytes) -> tuple[int, bytes]:
+    """The sample rate and the PCM of a streamed WAV, checking its header on the way."""
+    assert body[:4] == b"RIFF" and body[8:16] == b"WAVEfmt "
+    assert struct.unpack_from("<I", body, 4)[0] == UNKNOWN_SIZE
+    tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", body, 20)
+    assert (tag, channels, bits) == (1, 1, 16)
+    assert body[36:40] == b"data" and struct.unpack_from("<I", body, 40)[0] == UNKNOWN_SIZE
+    return rate, body[44:]
+
+
+def host_pcm(engine: str, text: str, params: dict[str, object]) -> bytes:
+    """What the host in this process makes of the same request, as the server's PCM."""
+    with RuntimeService() as service:
+        chunks = list(service.load(engine).synthesize(text, EngineRequest(params=dict(params))))
+    return pcm16(np.concatenate([c.samples for c in chunks]))
+
+
+def model_state(server: RunningServer, engine: str) -> list[str]:
+    models = server.client.get("/api/v1/runtime").json()["models"]
+    return [m["state"] for m in models if m["engine"] == engine]
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Poll another process's state (its API) until ``condition`` holds, at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_server_json_names_the_running_server_readable_by_its_owner_only(
+    server: RunningServer,
+) -> None:
+    path = server.home / "server.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    record = json.loads(path.read_text())
+    assert record["pid"] == server.pid and record["token"] is None
+    assert record["url"] == f"http://127.0.0.1:{record['port']}"
+    health = server.client.get("/api/v1/health").json()
+    assert health == {"status": "ok", "pid": server.pid, "version": record["version"]}
+
+
+def test_engines_are_what_mizuoto_engines_json_prints(server: RunningServer) -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "mizuoto_sdk.cli", "engines", "--json"],
+        env=server.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert server.client.get("/api/v1/engines").json() == json.loads(listed.stdout)
+
+
+def test_doctor_of_one_engine_of_all_and_of_an_unknown_one(server: RunningServer) -> None:
+    one = server.client.get("/api/v1/engines/sine/doctor").json()
+    assert [e["id"] for e in one["engines"]] == ["sine"] and one["engines"][0]["available"]
+    every = server.client.get("/api/v1/runtime/doctor").json()
+    assert {"sine", "codeclm", "faulty"} <= {e["id"] for e in every["engines"]}
+    assert every["torch"]["installed"] is True
+    unknown = server.client.get("/api/v1/engines/nope/doctor")
+    assert unknown.status_code == 404
+    assert unknown.json()["code"] == "engine_not_found" and "sine" in unknown.json()["message"]
+
+
+def test_synthesis_streams_the_hosts_audio_as_a_wav(server: RunningServer) -> None:
+    body = {"engine": "sine", "text": "hello server", "seed": 7, "params": {"speed": 1.5}}
+    answer = server.client.post("/api/v1/synthesize", json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "audio/wav"
+    assert answer.headers.get("transfer-encoding") == "chunked"
+    rate, pcm = pcm_of(answer.content)
+    assert rate == int(answer.headers["x-mizuoto-sample-rate"])
+    assert pcm == host_pcm("sine", "hello server", {"seed": 7, "speed": 1.5})
+
+
+def test_the_first_bytes_arrive_while_the_engine_is_still_synthesizing(
+    server: RunningServer,
+) -> None:
+    """The engine yields one chunk, then waits for a cancel that only the disconnect sends: the
+    first bytes can only have come before the synthesis ended, and leaving stops it."""
+    body = {"engine": "faulty", "text": "x", "seed": 1, "params": HANG_AFTER_FIRST}
+    with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:
+        assert answer.status_code == 200
+        first = next(answer.iter_raw())
+        _, pcm = pcm_of(first)
+        assert len(pcm) == 2 * 1600  # the header and the whole first chunk (chunk_samples)
+        assert float(answer.headers["x-mizuoto-first-chunk"]) >= 0
+        assert model_state(server, "faulty") == ["busy"], server.log_text()[-3000:]
+    assert wait_for(lambda: model_state(server, "faulty") == ["idle"]), "disconnect did not cancel"
+
+
+def test_a_client_that_leaves_before_the_first_chunk_cancels_the_request(
+    server: RunningServer,
+) -> None:
+    body = {
+        "engine": "faulty",
+        "text": "x",
+        "seed": 1,
+        "params": {"fault": "hang_cancellable", "at": 0},
+    }
+    with pytest.raises(httpx.ReadTimeout):
+        server.client.post("/api/v1/synthesize", json=body, timeout=httpx.Timeout(60, read=1.5))
+    assert wait_for(lambda: model_state(server, "faulty") == ["idle"]), "disconnect did not cancel"
+
+
+def test_concurrent_syntheses_each_get_what_one_caller_alone_gets(server: RunningServer) -> None:
+    seeds = [1, 2, 3, 4, 5, 6]
+
+    def synthesize(seed: int) -> bytes:
+        body = {"engine": "sine", "text": f"voice {seed % 3}", "seed": seed}
+        answer = server.client.post("/api/v1/synthesize", json=body)
+        assert answer.status_code == 200, answer.text
+        return pcm_of(answer.content)[1]
+
+    alone = {seed: synthesize(seed) for seed in seeds}
+    together: dict[int, bytes] = {}
+    threads = [
+        threading.Thread(target=lambda s=seed: together.__setitem__(s, synthesize(s)))
+        for seed in seeds * 2
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "field"),
+    [
+        ({"engine": "nope", "text": "x"}, 404, "engine_not_found", "engine"),
+        ({"engine": "sine", "text": "x", "params": {"bogus": 1}}, 400, "invalid_request", None),
+        ({"engine": "sine", "text": "x", "params": {"speed": -1}}, 400, "invalid_request", None),
+        ({"engine": "sine", "text": "   "}, 400, "invalid_request", "text"),
+        ({"engine": "sine"}, 400, "invalid_request", "text"),
+        ({"engine": "sine", "text": "x", "seed": -1}, 400, "invalid_request", "seed"),
+        ({"engine": "sine", "text": "x", "seed": 1, "params": {"seed": 2}}, 400, None, "seed"),
+        ({"engine": "sine", "text": "x", "colour": "red"}, 400, "invalid_request", "colour"),
+        (
+            {"engine": "faulty", "text": "x", "params": {"fault": "crash", "at": 0}},
+            500,
+            "engine_error",
+            None,
+        ),
+    ],
+)
+def test_a_refused_synthesis_is_a_typed_json_error_with_its_status(
+    server: RunningServer,
+    body: dict[str, object],
+    status: int,
+    code: str | None,
+    field: str | None,
+) -> None:
+    answer = server.client.post("/api/v1/synthesize", json=body)
+    assert answer.status_code == status, answer.text
+    error = answer.json()
+    assert set(error) == {"code", "message", "detail"} and error["code"] in ERROR_CODES
+    assert error["code"] == (code or "invalid_request")
+    if field is not None:
+        assert error["detail"]["field"] == field, error
+    assert "traceback" not in error["detail"]
+
+
+def test_a_body_that_is_not_json_is_refused(server: RunningServer) -> None:
+    """A page elsewhere can post a form or text/plain without asking first: never acted on."""
+    answer = server.client.post(
+        "/api/v1/runtime/unload", content=b'{"model": null}', headers={"content-type": "text/plain"}
+    )
+    assert answer.status_code == 400 and answer.json()["code"] == "invalid_request"
+
+
+def test_a_failure_after_the_first_chunk_cuts_the_stream_and_the_server_goes_on(
+    server: RunningServer,
+) -> None:
+    params = {"fault": "crash", "at": 2, "chunks": 4}
+    body = {"engine": "faulty", "text": "x", "seed": 1, "params": params}
+    with (
+        server.client.stream("POST", "/api/v1/synthesize", json=body) as answer,
+        pytest.raises(httpx.RemoteProtocolError),
+    ):
+        answer.read()  # two chunks came, then the body ended without its last chunk
+    assert server.client.get("/api/v1/health").status_code == 200
+    assert "synthesis failed after 2 chunks [engine_error]" in server.log_text()
+
+
+def test_unknown_paths_and_methods_answer_in_the_error_shape(server: RunningServer) -> None:
+    missing = server.client.get("/api/v1/nothing")
+    assert (missing.status_code, missing.json()["code"]) == (404, "not_found")
+    wrong = server.client.get("/api/v1/synthesize")
+    assert (wrong.status_code, wrong.json()["code"]) == (405, "method_not_allowed")
+
+
+def test_load_lists_unload_removes_and_an_unknown_name_is_refused(server: RunningServer) -> None:
+    loaded = server.client.post("/api/v1/runtime/load", json={"engine": "faulty"})
+    assert loaded.status_code == 200, loaded.text
+    name = loaded.json()["model"]
+    models = server.client.get("/api/v1/runtime").json()["models"]
+    assert [m["state"] for m in models if m["name"] == name] == ["idle"]
+    unloaded = server.client.post("/api/v1/runtime/unload", json={"model": name})
+    assert unloaded.json() == {"unloaded": [name]}
+    models = server.client.get("/api/v1/runtime").json()["models"]
+    assert name not in [m["name"] for m in models]
+    unknown = server.client.post("/api/v1/runtime/unload", json={"model": "nope/x@cpu"})
+    assert unknown.status_code == 400 and unknown.json()["detail"]["field"] == "model"
+
+
+def test_a_busy_model_is_not_unloaded_until_its_call_ends(server: RunningServer) -> None:
+    body = {"engine": "faulty", "text": "x", "seed": 1, "params": HANG_AFTER_FIRST}
+    with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:
+        next(answer.iter_raw())
+        assert server.client.post("/api/v1/runtime/unload", json={"model": None}).status_code == 200
+        assert model_state(server, "faulty") == ["busy"]
+    assert wait_for(lambda: model_state(server, "faulty") in ([], ["idle"]))
+
+
+def test_a_voice_prepared_over_http_is_used_by_a_synthesis(server: RunningServer) -> None:
+    recording = io.BytesIO()
+    tone = 0.3 * np.sin(np.arange(24000) * 2 * np.pi * 220 / 24000).astype(np.float32)
+    write_wav(recording, tone, 24000)
+    answer = server.client.post(
+        "/api/v1/voices",
+        params={"engine": "codeclm", "name": "tone-220", "seed": 3},
+        content=recording.getvalue(),
+        headers={"content-type": "audio/wav"},
+    )
+    assert answer.status_code == 200, answer.text
+    voice = answer.json()["voice"]
+    assert voice == str(server.home / "voices" / "codeclm" / "tone-220")
+    with_voice = {"engine": "codeclm", "text": "hi", "seed": 3, "params": {"voice": voice}}
+    without = {"engine": "codeclm", "text": "hi", "seed": 3}
+    spoken = server.client.post("/api/v1/synthesize", json=with_voice)
+    plain = server.client.post("/api/v1/synthesize", json=without)
+    assert spoken.status_code == plain.status_code == 200, spoken.text
+    assert pcm_of(spoken.content)[1] != pcm_of(plain.content)[1]
+    again = server.client.post(
+        "/api/v1/voices",
+        params={"engine": "codeclm", "name": "tone-220"},
+        content=recording.getvalue(),
+        headers={"content-type": "audio/wav"},
+    )
+    assert again.status_code == 400 and again.json()["detail"]["field"] == "voice_dir"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "field"),
+    [("../up", None, "name"), (".hidden", None, "name"), ("ok", b"not a wav", "audio")],
+)
+def test_a_bad_voice_upload_names_what_is_wrong(
+    server: RunningServer, name: str, content: bytes | None, field: str
+) -> None:
+    recording = io.BytesIO()
+    write_wav(recording, np.zeros(1600, dtype=np.float32), 16000)
+    answer = server.client.post(
+        "/api/v1/voices",
+        params={"engine": "faulty", "name": name},
+        content=content if content is not None else recording.getvalue(),
+        headers={"content-type": "audio/wav"},
+    )
+    assert answer.status_code == 400 and answer.json()["detail"]["field"] == field, answer.text
+    assert not (server.home / "voices" / "faulty" / name).exists()
+
+
+def test_the_openapi_description_lists_the_api(server: RunningServer) -> None:
+    paths = server.client.get("/openapi.json").json()["paths"]
+    for path in ("/api/v1/synthesize", "/api/v1/runtime", "/api/v1/runtime/unload"):
+        assert path in paths
+
+
+def test_only_loopback_host_names_are_answered(server: RunningServer) -> None:
+    """A name rebound to 127.0.0.1 by a page elsewhere must not reach a loopback server."""
+    rebound = server.client.get("/api/v1/health", headers={"host": "attacker.example"})
+    assert rebound.status_code == 400 and rebound.json()["detail"]["field"] == "host"
+    named = server.client.get(
+        "/api/v1/health", headers={"host": f"localhost:{server.record['port']}"}
+    )
+    assert named.status_code == 200

@@ -1,0 +1,86 @@
+"""A server's life: it replaces a stale server.json, checks its token, refuses a twin, and removes
+its file on a clean stop (its own ``mizuoto serve`` subprocess, beside the session's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from server_support import server_env, start_server, stop_server
+
+from mizuoto_sdk.cli import main
+from mizuoto_sdk.cli.common import Usage
+from mizuoto_sdk.cli.serve import server_token
+from mizuoto_sdk.server.record import ServerRecord, write_record
+
+TOKEN = "s3cret-token_for.tests"
+
+
+def test_a_token_server_replaces_a_stale_file_refuses_a_twin_and_cleans_up(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = ServerRecord("http://127.0.0.1:9", "127.0.0.1", 9, dead.pid, "0", None, 0.0)
+    write_record(stale, home / "server.json")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    settings = tmp_path / "settings.toml"
+    settings.write_text("")
+    env = server_env(home, settings)
+    process, record, _ = start_server(home, env, "--token-file", str(token_file))
+    try:
+        assert record["pid"] == process.pid and record["token"] == TOKEN
+        url = str(record["url"])
+        with httpx.Client(base_url=url, timeout=30) as client:
+            refused = client.get("/api/v1/health")
+            assert refused.status_code == 401 and refused.json()["code"] == "unauthorized"
+            wrong = client.get("/api/v1/runtime", headers={"authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            page = client.get("/", params={"token": "nope"})
+            assert page.status_code == 401
+            bearer = client.get("/api/v1/health", headers={"authorization": f"Bearer {TOKEN}"})
+            assert bearer.json()["pid"] == process.pid
+            opened = client.get("/", params={"token": TOKEN}, follow_redirects=False)
+            assert opened.status_code == 303 and opened.headers["location"] == "/"
+            assert "httponly" in opened.headers["set-cookie"].lower()
+            assert client.get("/api/v1/runtime").status_code == 200  # the cookie carries it
+        twin = subprocess.run(
+            [sys.executable, "-m", "mizuoto_sdk.cli", "serve", "--port", "0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert twin.returncode == 2 and f"a server already runs at {url}" in twin.stderr
+        assert json.loads((home / "server.json").read_text())["pid"] == process.pid
+    finally:
+        stop_server(process)
+    assert not (home / "server.json").exists()
+
+
+def test_a_server_beyond_loopback_always_has_a_token() -> None:
+    first, second = server_token("0.0.0.0", None), server_token("192.0.2.10", None)
+    assert first and second and first != second and len(first) >= 32
+    for loopback in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        assert server_token(loopback, None) is None
+
+
+def test_a_token_that_cannot_travel_in_a_header_is_refused(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("two words\n")
+    with pytest.raises(Usage, match="--token-file"):
+        server_token("127.0.0.1", token_file)
+
+
+def test_serve_without_the_server_extra_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now fails
+    assert main(["serve", "--port", "0"]) == 2
+    assert 'pip install "mizuoto-sdk[server]"' in capsys.readouterr().err

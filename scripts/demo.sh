@@ -12,3 +12,16 @@ mizuoto synth codeclm "Hello from Mizuoto" -o hello-codeclm-replicas.wav --seed 
   --set engines.codeclm.replicas=2
 cmp hello-codeclm.wav hello-codeclm-replicas.wav && echo "2 replicas: the same audio as inline"
 mizuoto-contract mizuoto-engine-sine mizuoto-engine-codeclm
+# The server: `mizuoto serve` in a data folder of its own, the same request streamed over HTTP
+# (the same samples as hello.wav after the 44-byte header), then `mizuoto runtime` asks it.
+home=$(mktemp -d)
+MIZUOTO_HOME="$home" mizuoto serve --port 0 >"$home/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$home"' EXIT
+for _ in $(seq 600); do [ -s "$home/server.json" ] && break; sleep 0.1; done
+url=$(python -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$home/server.json")
+curl -sSfN -o hello-server.wav -H 'content-type: application/json' \
+  -w 'server: first byte after %{time_starttransfer} s, all after %{time_total} s\n' \
+  -d '{"engine": "sine", "text": "hello world", "seed": 7}' "$url/api/v1/synthesize"
+cmp <(tail -c +45 hello.wav) <(tail -c +45 hello-server.wav) && echo "server: the same audio as the host"
+MIZUOTO_HOME="$home" mizuoto runtime

@@ -76,6 +76,7 @@ def serve(args: argparse.Namespace) -> int:
         raise Usage(
             f"--host {args.host} --port {args.port}: cannot listen: {error.strerror or error}"
         ) from None
+    _log_to_stderr()
     with RuntimeService(settings=settings) as service:
         run_server(service, sock, token=token, version=_version(), announce=_announce)
     return 0
@@ -102,6 +103,18 @@ def _announce(record: ServerRecord, path: Path) -> None:
     print(f"mizuoto server at {record.url} (pid {record.pid})", file=sys.stderr)
     print(f"  the page: {page}", file=sys.stderr)
     print(f"  server.json: {path}; stop with Ctrl-C", file=sys.stderr, flush=True)
+
+
+def _log_to_stderr() -> None:
+    """The host's and the engines' log lines beside uvicorn's, from INFO up: a server's log is
+    where an operator learns what happened to a request (a client gone, a stream cut)."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def _version() -> str:

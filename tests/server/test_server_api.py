@@ -109,8 +109,8 @@ def test_the_first_bytes_arrive_while_the_engine_is_still_synthesizing(
     body = {"engine": "faulty", "text": "x", "seed": 1, "params": HANG_AFTER_FIRST}
     with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:
         assert answer.status_code == 200
-        first = next(answer.iter_raw())
-        _, pcm = pcm_of(first)
+        received = answer.iter_raw()  # held: dropped, it closes the connection when collected
+        _, pcm = pcm_of(next(received))
         assert len(pcm) == 2 * 1600  # the header and the whole first chunk (chunk_samples)
         assert float(answer.headers["x-mizuoto-first-chunk"]) >= 0
         assert model_state(server, "faulty") == ["busy"], server.log_text()[-3000:]
@@ -235,7 +235,8 @@ def test_load_lists_unload_removes_and_an_unknown_name_is_refused(server: Runnin
 def test_a_busy_model_is_not_unloaded_until_its_call_ends(server: RunningServer) -> None:
     body = {"engine": "faulty", "text": "x", "seed": 1, "params": HANG_AFTER_FIRST}
     with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:
-        next(answer.iter_raw())
+        received = answer.iter_raw()  # held: dropped, it closes the connection when collected
+        next(received)
         assert server.client.post("/api/v1/runtime/unload", json={"model": None}).status_code == 200
         assert model_state(server, "faulty") == ["busy"]
     assert wait_for(lambda: model_state(server, "faulty") in ([], ["idle"]))

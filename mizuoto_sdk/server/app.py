@@ -26,6 +26,7 @@ from mizuoto_sdk.audio import parse_wav
 from mizuoto_sdk.errors import EngineError, InvalidRequest
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 from mizuoto_sdk.server.access import Access
+from mizuoto_sdk.server.outcomes import Outcomes
 from mizuoto_sdk.server.stream import ChunkFeed, WavStream, first_chunk
 
 PAGE = Path(__file__).with_name("page")
@@ -80,6 +81,16 @@ class LoadBody(_Body):
     device: str | None = None
 
 
+def public_error(error: BaseException) -> dict[str, Any]:
+    """An error as the API shows it: its code, message and detail, never the engine's traceback
+    (that stays in the server's log)."""
+    if not isinstance(error, EngineError):
+        return {"code": "engine_error", "message": str(error), "detail": {}}
+    detail = {k: v for k, v in error.detail.items() if k != "traceback"}
+    shown: dict[str, Any] = _json({"code": error.code, "message": error.message, "detail": detail})
+    return shown
+
+
 def error_response(code: str, message: str, detail: dict[str, Any], status: int) -> JSONResponse:
     return JSONResponse({"code": code, "message": message, "detail": detail}, status_code=status)
 
@@ -118,8 +129,7 @@ def create_app(
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(EngineError)
     async def engine_error(request: Request, error: EngineError) -> JSONResponse:
-        detail = {k: v for k, v in error.detail.items() if k != "traceback"}
-        return error_response(error.code, error.message, detail, STATUS.get(error.code, 500))
+        return JSONResponse(public_error(error), status_code=STATUS.get(error.code, 500))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -141,6 +151,8 @@ def _errors(app: FastAPI) -> None:
 
 
 def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -> None:
+    outcomes = Outcomes()
+
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-cache"})
@@ -184,25 +196,46 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
     async def synthesize(body: SynthesisBody, request: Request) -> Response:
         """Audio as it is made (16-bit PCM mono WAV); a client that leaves cancels the request."""
         started = time.perf_counter()
-        model, call = await run_in_threadpool(_prepare, service, body)
-        feed = ChunkFeed(
-            lambda: model.synthesize(body.text, call), call, f"synthesize {model.name}"
-        )
-        chunk = await first_chunk(feed, request.receive)
-        if chunk is None:
-            if call.cancel_event.is_set():  # the client left: nobody reads this answer
-                return Response(status_code=STATUS["cancelled"])
-            raise InvalidRequest(
-                f"text: engine {body.engine!r} produced no audio for it", {"field": "text"}
-            )
+        request_id = outcomes.begin(body.engine)
+        try:
+            model, call = await run_in_threadpool(_prepare, service, body)
+            outcomes.end(request_id, "streaming", model=model.name)
+            name = f"synthesize {model.name}"
+            feed = ChunkFeed(lambda: model.synthesize(body.text, call), call, name)
+            chunk = await first_chunk(feed, request.receive)
+            if chunk is None and not call.cancel_event.is_set():
+                raise InvalidRequest(
+                    f"text: engine {body.engine!r} produced no audio for it", {"field": "text"}
+                )
+        except Exception as error:
+            outcomes.end(request_id, "failed", error=public_error(error))
+            raise
+        if chunk is None:  # the client left: nobody reads this answer
+            outcomes.end(request_id, "cancelled")
+            return Response(status_code=STATUS["cancelled"])
+
+        def ended(state: str, chunks: int, error: BaseException | None) -> None:
+            failure = None if error is None else public_error(error)
+            outcomes.end(request_id, state, chunks=chunks, error=failure)
+
         headers = {
+            "X-Mizuoto-Request": request_id,
             "X-Mizuoto-Model": model.name,
             "X-Mizuoto-Sample-Rate": str(chunk.sample_rate),
             "X-Mizuoto-First-Chunk": f"{feed.first_chunk_seconds or 0.0:.6f}",
             "X-Mizuoto-First-Byte": f"{time.perf_counter() - started:.6f}",
             "Cache-Control": "no-store",
         }
-        return WavStream(feed, chunk, headers)
+        return WavStream(feed, chunk, headers, ended)
+
+    @app.get(f"{API}/requests/{{request_id}}")
+    def outcome(request_id: str) -> dict[str, Any]:
+        """How a recent synthesis ended (its ``X-Mizuoto-Request`` id): ``streaming``, ``done``,
+        ``cancelled`` or ``failed`` with its error; a cut stream's answer says why here."""
+        found = outcomes.get(request_id)
+        if found is None:
+            raise HTTPException(404, f"no recent request {request_id!r}")
+        return found
 
     @app.post(f"{API}/voices")
     def prepare_voice(

@@ -90,12 +90,21 @@ class WavStream(Response):
 
     media_type = "audio/wav"
 
-    def __init__(self, feed: ChunkFeed, first: AudioChunk, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        feed: ChunkFeed,
+        first: AudioChunk,
+        headers: Mapping[str, str],
+        ended: Callable[[str, int, BaseException | None], None],
+    ) -> None:
+        """``ended(state, chunks, error)`` is told how the stream ended: ``done``, ``cancelled``
+        (the client left) or ``failed`` (with the error that cut it)."""
         self.status_code = 200
         self.background = None
         self.init_headers(dict(headers))  # no body: no content-length, the length is not known
         self.feed = feed
         self.first = first
+        self.ended = ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         disconnected = asyncio.Event()
@@ -107,7 +116,12 @@ class WavStream(Response):
                 self.feed.cancel()
                 sender.cancel()
                 log.info("client went away after %d chunks: request cancelled", self.feed.sent)
-            await asyncio.gather(sender, return_exceptions=disconnected.is_set())
+                self.ended("cancelled", self.feed.sent, None)
+            try:
+                await asyncio.gather(sender, return_exceptions=disconnected.is_set())
+            except StreamCut as cut:
+                self.ended("failed", self.feed.sent, cut.__cause__)
+                raise
         finally:
             self.feed.cancel()  # a no-op after a full stream; stops the engine otherwise
             watcher.cancel()
@@ -132,6 +146,7 @@ class WavStream(Response):
                 raise StreamCut(f"a chunk at {chunk.sample_rate} Hz in a {rate} Hz stream")
             body = pcm16(chunk.samples)
             await send({"type": "http.response.body", "body": body, "more_body": True})
+        self.ended("done", self.feed.sent, None)  # before the client can see the end
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -206,9 +206,32 @@ def test_a_failure_after_the_first_chunk_cuts_the_stream_and_the_server_goes_on(
         server.client.stream("POST", "/api/v1/synthesize", json=body) as answer,
         pytest.raises(httpx.RemoteProtocolError),
     ):
+        request_id = answer.headers["x-mizuoto-request"]
         answer.read()  # two chunks came, then the body ended without its last chunk
-    assert server.client.get("/api/v1/health").status_code == 200
+    outcome = server.client.get(f"/api/v1/requests/{request_id}").json()
+    assert (outcome["state"], outcome["chunks"]) == ("failed", 2)
+    assert outcome["error"]["code"] == "engine_error"
+    assert "crashed on purpose" in outcome["error"]["message"]
+    assert "traceback" not in outcome["error"]["detail"]
     assert "synthesis failed after 2 chunks [engine_error]" in server.log_text()
+    assert server.client.get("/api/v1/requests/0123").json()["code"] == "not_found"
+
+
+def test_how_each_synthesis_ended_is_kept_under_its_id(server: RunningServer) -> None:
+    done = server.client.post("/api/v1/synthesize", json={"engine": "sine", "text": "a b c"})
+    outcome = server.client.get(f"/api/v1/requests/{done.headers['x-mizuoto-request']}").json()
+    assert outcome["state"] == "done" and outcome["error"] is None
+    assert outcome["model"] == done.headers["x-mizuoto-model"] and outcome["chunks"] >= 1
+    body = {"engine": "faulty", "text": "x", "seed": 1, "params": HANG_AFTER_FIRST}
+    with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:
+        request_id = answer.headers["x-mizuoto-request"]
+        received = answer.iter_raw()  # held: dropped, it closes the connection when collected
+        next(received)
+        streaming = server.client.get(f"/api/v1/requests/{request_id}").json()
+        assert streaming["state"] == "streaming"
+    assert wait_for(
+        lambda: server.client.get(f"/api/v1/requests/{request_id}").json()["state"] == "cancelled"
+    )
 
 
 def test_unknown_paths_and_methods_answer_in_the_error_shape(server: RunningServer) -> None:

@@ -180,10 +180,11 @@ def test_an_api_error_is_shown_with_its_code(page, engine, text, params):
     assert page.evaluate("window.mizuotoPage.error.code") == "invalid_request"
 
 
-def test_a_stream_the_server_cuts_is_shown_as_interrupted(page):
+def test_a_stream_the_server_cuts_shows_the_engines_error(page):
     synthesize(page, "faulty", TEXT, fault="crash", at="2")
     expect(page.locator("#synthesis")).to_have_attribute("data-state", "error", timeout=SYNTH_S)
-    expect(page.locator("#error .code")).to_have_text("stream_interrupted")
+    expect(page.locator("#error .code")).to_have_text("engine_error")
+    expect(page.locator("#error")).to_contain_text("crashed on purpose")
 
 
 def test_stop_ends_the_stream_and_the_server_cancels_it(page):

@@ -127,6 +127,7 @@ async function run(event) {
     sampleRate: null,
     sampleCount: 0,
     model: null,
+    requestId: null,
     engineFirstChunkS: null,
   });
   download.hidden = true;
@@ -145,6 +146,7 @@ async function run(event) {
     const response = await synthesize(request(), controller.signal);
     responded = true;
     page.model = response.headers.get("X-Mizuoto-Model");
+    page.requestId = response.headers.get("X-Mizuoto-Request");
     const firstChunk = Number.parseFloat(response.headers.get("X-Mizuoto-First-Chunk"));
     page.engineFirstChunkS = Number.isFinite(firstChunk) ? firstChunk : null;
     const body = response.body.getReader();
@@ -173,7 +175,7 @@ async function run(event) {
       showStatus("stopped");
     } else {
       player.stop();
-      showError(streamError(error, responded, reader));
+      showError(await streamError(error, responded, reader));
       setState("error");
       showStatus("failed");
     }
@@ -184,18 +186,27 @@ async function run(event) {
 }
 
 // An error while reading: the API's own, or a stream the server cut after it had begun. A cut
-// stream carries no error body, and the browser may drop the audio it had not yet handed over.
-function streamError(error, responded, reader) {
+// stream carries no error body (and the browser may drop the audio it had not yet handed over):
+// the server keeps how the request ended under its X-Mizuoto-Request id.
+async function streamError(error, responded, reader) {
   if (error instanceof ApiError) return error;
   if (error instanceof WavError) return new ApiError("invalid_audio", error.message);
-  if (responded) {
-    return new ApiError(
-      "stream_interrupted",
-      "The audio stream ended early: the server failed after it had begun (its log says why).",
-      { samples_received: reader.sampleCount },
-    );
+  if (!responded) return new ApiError("network_error", errorText(error));
+  const received = { samples_received: reader.sampleCount };
+  try {
+    const outcome = await getJson(`/requests/${encodeURIComponent(page.requestId)}`);
+    if (outcome.error) {
+      const { code, message, detail } = outcome.error;
+      return new ApiError(code, `The stream was cut: ${message}`, { ...detail, ...received });
+    }
+  } catch {
+    // the server does not know the request any more: say what the page saw
   }
-  return new ApiError("network_error", errorText(error));
+  return new ApiError(
+    "stream_interrupted",
+    "The audio stream ended early: the server failed after it had begun (its log says why).",
+    received,
+  );
 }
 
 function stop() {

@@ -69,6 +69,7 @@ def serve(args: argparse.Namespace) -> int:
     if running is not None:
         raise Usage(f"a server already runs at {running.url}: stop it first (server.json names it)")
     token = server_token(args.host, args.token_file)
+    _writable_data_folder()
     settings = host_settings(args.set)
     try:
         sock = listen(args.host, args.port)
@@ -103,6 +104,24 @@ def _announce(record: ServerRecord, path: Path) -> None:
     print(f"mizuoto server at {record.url} (pid {record.pid})", file=sys.stderr)
     print(f"  the page: {page}", file=sys.stderr)
     print(f"  server.json: {path}; stop with Ctrl-C", file=sys.stderr, flush=True)
+
+
+def _writable_data_folder() -> None:
+    """The data folder takes server.json (and voices): checked before anything listens."""
+    import os
+
+    from mizuoto_sdk.server.record import record_path
+
+    folder = record_path().parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise Usage(
+            f"the data folder {folder} cannot be made: {error.strerror or error} "
+            "(MIZUOTO_HOME names another)"
+        ) from None
+    if not os.access(folder, os.W_OK):
+        raise Usage(f"the data folder {folder} is not writable (MIZUOTO_HOME names another)")
 
 
 def _log_to_stderr() -> None:

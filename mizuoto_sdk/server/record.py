@@ -78,7 +78,7 @@ def read_record(path: Path | None = None) -> ServerRecord | None:
             token=None if data.get("token") is None else str(data["token"]),
             started=float(data["started"]),
         )
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
         log.warning("%s is not a server record (%s): ignored", path, error)

@@ -84,3 +84,15 @@ def test_serve_without_the_server_extra_names_the_install_command(
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now fails
     assert main(["serve", "--port", "0"]) == 2
     assert 'pip install "mizuoto-sdk[server]"' in capsys.readouterr().err
+
+
+def test_a_data_folder_that_cannot_take_server_json_is_refused_before_listening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("MIZUOTO_HOME", str(blocker / "home"))
+    assert main(["serve", "--port", "0"]) == 2
+    error = capsys.readouterr().err
+    assert f"the data folder {blocker / 'home'} cannot be made" in error
+    assert "MIZUOTO_HOME" in error

@@ -28,6 +28,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def own_data_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Every test runs with a data folder of the test session's own (``MIZUOTO_HOME``): a server
+    the developer runs is never asked, and nothing lands in the user's data folder."""
+    monkeypatch.setenv("MIZUOTO_HOME", str(tmp_path_factory.getbasetemp() / "mizuoto-home"))
+
+
 # One site folder per case: real fixture distributions (dist-info + package) that plugin discovery
 # meets, good and broken; each package docstring says what its case is.
 PLUGIN_SITES = Path(__file__).parent / "sdk" / "plugin_sites"
@@ -76,3 +85,37 @@ def host_engine(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     return SimpleNamespace(
         discovery=discovery, events=module.EVENTS, engine_id="hosted", module=module
     )
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real ``mizuoto serve`` for the server's tests (tests/server): a subprocess on a free
+    loopback port with its own data folder, the bundled engines and the ``faulty`` test engine,
+    shared by the session (starting a server imports the host and loads engines: seconds on two
+    cores). A ``server_support.RunningServer``."""
+    for name in ("httpx", "fastapi", "uvicorn"):
+        pytest.importorskip(name, reason=f"the server's tests need {name} (requirements-dev.txt)")
+    import httpx
+    from server_support import RunningServer, server_env, start_server, stop_server
+
+    root = tmp_path_factory.mktemp("server")
+    home = root / "home"
+    settings = root / "settings.toml"
+    settings.write_text("")
+    env = server_env(home, settings)
+    process, record, log = start_server(home, env)
+    client = httpx.Client(base_url=str(record["url"]), timeout=60)
+    try:
+        yield RunningServer(
+            url=str(record["url"]),
+            pid=process.pid,
+            home=home,
+            env=env,
+            record=record,
+            client=client,
+            process=process,
+            log=log,
+        )
+    finally:
+        client.close()
+        stop_server(process)

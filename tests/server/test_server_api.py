@@ -1,4 +1,4 @@
-"""The server's HTTP API against a real ``mizuoto serve`` on a loopback port (conftest.server)."""
+"""The server's HTTP API against a real ``mizuoto serve`` on a loopback port (``server``)."""
 
 from __future__ import annotations
 

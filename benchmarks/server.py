@@ -50,7 +50,8 @@ def over_http(client, engine, seed):
 def start_server(home):
     env = dict(os.environ, MIZUOTO_HOME=home)
     command = [sys.executable, "-m", "mizuoto_sdk.cli", "serve", "--port", "0"]
-    server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    server = subprocess.Popen(command, env=env, **quiet)
     record_file = os.path.join(home, "server.json")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -96,3 +96,37 @@ def test_a_data_folder_that_cannot_take_server_json_is_refused_before_listening(
     error = capsys.readouterr().err
     assert f"the data folder {blocker / 'home'} cannot be made" in error
     assert "MIZUOTO_HOME" in error
+
+
+def test_connections_on_the_servers_socket_send_each_chunk_at_once() -> None:
+    """Nagle's algorithm is off on what the server accepts (asyncio sets TCP_NODELAY only on a
+    socket that says it is TCP): a streamed chunk never waits for the client's delayed ACK."""
+    import asyncio
+    import socket
+
+    from mizuoto_sdk.server.serve import listen
+
+    class Accepting(asyncio.Protocol):
+        def __init__(self, accepted: asyncio.Future[asyncio.BaseTransport]) -> None:
+            self.accepted = accepted
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.accepted.set_result(transport)
+
+    async def accepted_nodelay() -> int:
+        loop = asyncio.get_running_loop()
+        accepted: asyncio.Future[asyncio.BaseTransport] = loop.create_future()
+        sock = listen("127.0.0.1", 0)
+        server = await loop.create_server(lambda: Accepting(accepted), sock=sock)
+        _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        transport = await asyncio.wait_for(accepted, 30)
+        option = transport.get_extra_info("socket").getsockopt(
+            socket.IPPROTO_TCP, socket.TCP_NODELAY
+        )
+        writer.close()
+        transport.close()
+        server.close()
+        await server.wait_closed()
+        return int(option)
+
+    assert asyncio.run(accepted_nodelay()) == 1

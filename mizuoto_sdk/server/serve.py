@@ -9,6 +9,7 @@ file is removed and every model unloaded; a server that is killed leaves a stale
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import os
@@ -97,7 +98,7 @@ def run_server(
         server_header=False,
     )
     path = write_record(record, record_path(home))
-    quiet = _QuietCuts()  # stream.py logs a cut stream in a line: no traceback from uvicorn
+    quiet = _QuietCuts()
     logging.getLogger("uvicorn.error").addFilter(quiet)
     try:
         if announce is not None:
@@ -111,6 +112,10 @@ def run_server(
 
 
 class _QuietCuts(logging.Filter):
+    """Drops uvicorn's traceback of a stream that ended as expected: cut after an engine error
+    (``stream.py`` has logged it in one line) or cancelled when a stop outlasts ``GRACE`` (uvicorn
+    has said so in one line)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, StreamCut)
+        return not isinstance(error, (StreamCut, asyncio.CancelledError))

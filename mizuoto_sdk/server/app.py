@@ -179,10 +179,11 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
 
     @app.post(f"{API}/runtime/unload")
     def unload(body: UnloadBody) -> dict[str, Any]:
-        if body.model is not None and body.model not in _unloadable(service):
+        known = _unloadable(service) if body.model is not None else set()
+        if body.model is not None and body.model not in known:
             raise InvalidRequest(
                 f"model: no loaded model or engine {body.model!r}",
-                {"field": "model", "known": sorted(_unloadable(service))},
+                {"field": "model", "known": sorted(known)},
             )
         return {"unloaded": service.unload(body.model)}
 

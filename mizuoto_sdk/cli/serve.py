@@ -16,7 +16,7 @@ from pathlib import Path
 from mizuoto_sdk.cli.agent import read_token
 from mizuoto_sdk.cli.common import Usage
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
-from mizuoto_sdk.server.record import ServerRecord
+from mizuoto_sdk.server.record import ServerLock, ServerRecord
 
 DEFAULT_PORT = 7370
 _TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")
@@ -65,21 +65,26 @@ def serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise Usage(f"--port {args.port}: expected 0 to 65535")
-    running, _ = find_server()
-    if running is not None:
-        raise Usage(f"a server already runs at {running.url}: stop it first (server.json names it)")
     token = server_token(args.host, args.token_file)
     _writable_data_folder()
     settings = host_settings(args.set)
+    lock = ServerLock()
+    if not lock.acquire():  # another server of this data folder runs, or is starting
+        running, _ = find_server()
+        where = f"at {running.url}" if running is not None else f"(it holds {lock.path})"
+        raise Usage(f"a server already runs {where}: stop it first, or set another MIZUOTO_HOME")
     try:
-        sock = listen(args.host, args.port)
-    except OSError as error:
-        raise Usage(
-            f"--host {args.host} --port {args.port}: cannot listen: {error.strerror or error}"
-        ) from None
-    _log_to_stderr()
-    with RuntimeService(settings=settings) as service:
-        run_server(service, sock, token=token, version=_version(), announce=_announce)
+        try:
+            sock = listen(args.host, args.port)
+        except OSError as error:
+            raise Usage(
+                f"--host {args.host} --port {args.port}: cannot listen: {error.strerror or error}"
+            ) from None
+        _log_to_stderr()
+        with RuntimeService(settings=settings) as service:
+            run_server(service, sock, token=token, version=_version(), announce=_announce)
+    finally:
+        lock.release()
     return 0
 
 

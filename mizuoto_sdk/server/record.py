@@ -15,10 +15,12 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 log = logging.getLogger(__name__)
 
 SERVER_FILE = "server.json"
+LOCK_FILE = "server.lock"
 
 
 @dataclass(frozen=True)
@@ -119,3 +121,36 @@ def remove_record(pid: int, path: Path | None = None) -> bool:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     return True
+
+
+class ServerLock:
+    """The one server of a data folder: an exclusive advisory lock on ``server.lock`` beside
+    ``server.json``, held while it runs. Two servers started at the same moment cannot both get
+    it, and the kernel lets it go when the process ends, however it ends (the empty file stays).
+    Where the platform has no ``fcntl`` (Windows) there is no lock: ``acquire`` always succeeds.
+    """
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.path = record_path(home).with_name(LOCK_FILE)
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock now, or say False at once when another process (or holder) has it."""
+        try:
+            import fcntl
+        except ImportError:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        held = open(self.path, "a")  # noqa: SIM115  # kept open for as long as the lock is held
+        try:
+            fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # BlockingIOError: someone holds it
+            held.close()
+            return False
+        self._file = held
+        return True
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the descriptor lets the lock go
+            self._file = None

@@ -130,3 +130,35 @@ def test_connections_on_the_servers_socket_send_each_chunk_at_once() -> None:
         return int(option)
 
     assert asyncio.run(accepted_nodelay()) == 1
+
+
+def test_one_server_lock_per_data_folder_however_many_try_at_once(tmp_path: Path) -> None:
+    """Two ``mizuoto serve`` started at the same moment: exactly one may run (the lock, not the
+    server.json both would find missing)."""
+    import threading
+
+    from mizuoto_sdk.server.record import ServerLock
+
+    locks = [ServerLock(tmp_path / "home") for _ in range(8)]
+    start = threading.Barrier(len(locks))
+    won: list[bool] = [False] * len(locks)
+
+    def take(index: int) -> None:
+        start.wait()
+        won[index] = locks[index].acquire()
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(len(locks))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert won.count(True) == 1
+    winner = locks[won.index(True)]
+    other = locks[won.index(False)]
+    assert not other.acquire()
+    winner.release()
+    assert other.acquire()  # released: the next server may run
+    other.release()
+    elsewhere = ServerLock(tmp_path / "elsewhere")
+    assert elsewhere.acquire()  # another data folder: its own lock
+    elsewhere.release()

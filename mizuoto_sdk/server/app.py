@@ -142,6 +142,12 @@ def _errors(app: FastAPI) -> None:
         ]
         return error_response("invalid_request", message, {"field": field, "problems": listed}, 400)
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        """A failure no handler expected: the error shape still, the traceback in the log."""
+        message = f"the server failed: {type(error).__name__}: {error}"
+        return error_response("engine_error", message, {"path": request.url.path}, 500)
+
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(error.status_code, "invalid_request")

@@ -329,3 +329,18 @@ def test_only_loopback_host_names_are_answered(server: RunningServer) -> None:
         "/api/v1/health", headers={"host": f"localhost:{server.record['port']}"}
     )
     assert named.status_code == 200
+
+
+def test_a_failure_no_handler_expected_still_answers_in_the_error_shape(tmp_path) -> None:
+    from starlette.testclient import TestClient
+
+    from mizuoto_sdk.server.app import create_app
+
+    with RuntimeService() as service:
+        service.describe_engines = lambda: 1 / 0  # type: ignore[method-assign]  # a bug, on purpose
+        app = create_app(service, voices=tmp_path / "voices")
+        with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+            answer = client.get("/api/v1/engines")
+    assert answer.status_code == 500
+    assert answer.json()["code"] == "engine_error"
+    assert "ZeroDivisionError" in answer.json()["message"]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastapi import Body, FastAPI, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -50,6 +50,15 @@ _WAV_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "16-bit PCM mono WAV, sent as it is made (sizes 0xFFFFFFFF: unknown)",
         "content": {"audio/wav": {}},
+    }
+}
+MAX_RECORDING = 64 * 2**20
+"""The largest WAV body ``POST /api/v1/voices`` takes (a voice needs seconds, not hours)."""
+_WAV_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "the recording, a WAV file",
+        "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
 _HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
@@ -244,26 +253,55 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
             raise HTTPException(404, f"no recent request {request_id!r}")
         return found
 
-    @app.post(f"{API}/voices")
-    def prepare_voice(
-        audio: bytes = Body(media_type="audio/wav", description="the recording, a WAV file"),
+    @app.post(f"{API}/voices", openapi_extra=_WAV_BODY)
+    async def prepare_voice(
+        request: Request,
         engine: str = Query(description="an engine id with the prepare_voice capability"),
         name: str = Query(description="the voice's name: letters, digits, '.', '_', '-'"),
         model: str | None = Query(default=None),
         seed: int | None = Query(default=None, ge=0),
     ) -> dict[str, Any]:
+        """The engine's ``prepare_voice`` on the WAV body (at most ``MAX_RECORDING`` bytes),
+        written into ``voices/ENGINE/NAME``; ``voice`` in the answer is what ``params.voice``
+        of a synthesis takes."""
         if not _VOICE_NAME.fullmatch(name):
             raise InvalidRequest(
                 f"name: {name!r} is not a voice name: up to 64 letters, digits, '.', '_' or "
                 "'-', beginning with a letter or digit",
                 {"field": "name"},
             )
-        recording = parse_wav(audio, "audio", "the request body")
-        served = service.load(engine, model)
-        params = {} if seed is None else {"seed": seed}
+        audio = await _recording(request)
         folder = voices / engine / name
-        result = served.prepare_voice(recording, folder, EngineRequest(params=params))
-        return {"name": name, "voice": os.fspath(folder), "result": _json(result or {})}
+
+        def prepare() -> dict[str, Any]:
+            recording = parse_wav(audio, "audio", "the request body")
+            served = service.load(engine, model)
+            params = {} if seed is None else {"seed": seed}
+            result = served.prepare_voice(recording, folder, EngineRequest(params=params))
+            return {"name": name, "voice": os.fspath(folder), "result": _json(result or {})}
+
+        answer: dict[str, Any] = await run_in_threadpool(prepare)
+        return answer
+
+
+async def _recording(request: Request) -> bytes:
+    """The request's body, refused as soon as it passes ``MAX_RECORDING`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_RECORDING:
+        raise _too_long()
+    received = bytearray()
+    async for part in request.stream():
+        received += part
+        if len(received) > MAX_RECORDING:
+            raise _too_long()
+    return bytes(received)
+
+
+def _too_long() -> InvalidRequest:
+    return InvalidRequest(
+        f"audio: the recording is longer than {MAX_RECORDING // 2**20} MiB; send a shorter one",
+        {"field": "audio", "limit_bytes": MAX_RECORDING},
+    )
 
 
 def _prepare(service: RuntimeService, body: SynthesisBody) -> tuple[Any, EngineRequest]:

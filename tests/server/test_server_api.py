@@ -344,3 +344,28 @@ def test_a_failure_no_handler_expected_still_answers_in_the_error_shape(tmp_path
     assert answer.status_code == 500
     assert answer.json()["code"] == "engine_error"
     assert "ZeroDivisionError" in answer.json()["message"]
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_a_recording_past_the_limit_is_refused_before_it_is_read_whole(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, declared: bool
+) -> None:
+    from starlette.testclient import TestClient
+
+    from mizuoto_sdk.server import app as server_app
+
+    monkeypatch.setattr(server_app, "MAX_RECORDING", 1000)
+    data = b"RIFF" + bytes(4000)
+    content = data if declared else iter([data[:1500], data[1500:]])
+    with RuntimeService() as service:
+        app = server_app.create_app(service, voices=tmp_path / "voices")
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            answer = client.post(
+                "/api/v1/voices",
+                params={"engine": "sine", "name": "long"},
+                content=content,
+                headers={"content-type": "audio/wav"},
+            )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["detail"] == {"field": "audio", "limit_bytes": 1000}
+    assert not (tmp_path / "voices").exists()

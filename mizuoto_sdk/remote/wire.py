@@ -76,7 +76,10 @@ class FrameSocket:
         assert isinstance(tls, ssl.SSLSocket)
         if tls.pending():
             return
-        readable, _, _ = select.select([tls], [], [], tls.gettimeout())
+        try:
+            readable, _, _ = select.select([tls], [], [], tls.gettimeout())
+        except ValueError:  # closed by this side meanwhile (its descriptor is -1)
+            raise ConnectionClosed("the connection was closed on this side") from None
         if not readable:
             raise TimeoutError("timed out waiting for a frame")
 

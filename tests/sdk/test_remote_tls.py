@@ -75,3 +75,20 @@ def test_a_host_refuses_an_agent_whose_certificate_it_cannot_verify(tls_agent):
     with service, pytest.raises(WorkerFailed) as caught:
         list(service.load("sine").synthesize("hello"))
     assert "certificate" in str(caught.value).lower()
+
+
+def test_a_read_on_a_tls_connection_this_side_closed_ends_as_closed(tls_agent):
+    """The session's reader may reach its wait just after the session closed the socket: that
+    read ends as a closed connection, not as a ValueError about descriptor -1 in its thread."""
+    import socket
+    import ssl
+
+    from mizuoto_sdk.remote.wire import ConnectionClosed, FrameSocket
+
+    host, port = tls_agent["address"].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=tls_agent["cert"])
+    raw = socket.create_connection((host, int(port)), timeout=30)
+    wire = FrameSocket(context.wrap_socket(raw, server_hostname=host))
+    wire.close()
+    with pytest.raises(ConnectionClosed):
+        wire.receive()

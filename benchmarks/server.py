@@ -21,18 +21,9 @@ import sys
 import tempfile
 import time
 
-TEXT = "Hello from Mizuoto, a benchmark sentence."
-
-
-def in_process(model, seed):
-    from mizuoto_sdk.host import EngineRequest
-
-    request = EngineRequest(params={"seed": seed})
-    started, first, chunks = time.perf_counter(), None, []
-    for chunk in model.synthesize(TEXT, request):
-        first = time.perf_counter() - started if first is None else first
-        chunks.append(chunk.samples)
-    return first, time.perf_counter() - started, chunks
+# benchmarks/ is on sys.path when this runs as a script
+from remote import TEXT
+from remote import timed as in_process
 
 
 def over_http(client, engine, seed):

@@ -60,6 +60,7 @@ def serve(args: argparse.Namespace) -> int:
         raise Usage(
             f"mizuoto serve needs the server extra ({error.name} is missing): {EXTRA}"
         ) from None
+    from mizuoto_sdk.cli import _version  # here: the package imports this module
     from mizuoto_sdk.host import RuntimeService
     from mizuoto_sdk.server.serve import listen, run_server
 
@@ -139,9 +140,3 @@ def _log_to_stderr() -> None:
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-
-
-def _version() -> str:
-    from mizuoto_sdk.cli import _version
-
-    return _version()

@@ -315,7 +315,6 @@ def _prepare(service: RuntimeService, body: SynthesisBody) -> tuple[Any, EngineR
         params["seed"] = body.seed
     if not body.text.strip():
         raise InvalidRequest("text: is empty; give the words to synthesize", {"field": "text"})
-    service.discovery.manifest(body.engine)  # an unknown engine: engine_not_found, before loading
     model = service.load(body.engine, body.model, device=body.device)
     return model, EngineRequest(params=params)
 

@@ -25,8 +25,6 @@ __all__ = ["ServerClient", "ServerError", "ServerUnreachable", "find_server"]
 
 HEALTH = "/api/v1/health"
 HEALTH_TIMEOUT = 3.0  # seconds: a server that is up answers its health check at once
-# addresses a server binds to that a client cannot connect to: ask it on the loopback instead
-_ANY_ADDRESS = {"", "0.0.0.0", "::", "[::]"}
 
 
 class ServerError(Exception):
@@ -81,16 +79,11 @@ class ServerClient:
         return self._request("POST", path, json.dumps(dict(body)).encode(), timeout)
 
     def _connection(self, timeout: float) -> HTTPConnection:
-        from http.client import HTTPConnection, HTTPSConnection
+        """To the record's URL, which ``serve`` writes as an address this machine can reach."""
+        from http.client import HTTPConnection
 
         parts = urlsplit(self.record.url)
-        host = parts.hostname or self.record.host
-        if host in _ANY_ADDRESS:
-            host = "127.0.0.1"
-        port = parts.port or self.record.port
-        if parts.scheme == "https":
-            return HTTPSConnection(host, port, timeout=timeout)
-        return HTTPConnection(host, port, timeout=timeout)
+        return HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
 
     def _request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> object:
         import http.client

@@ -88,7 +88,8 @@ def run_server(
         token=token,
         started=time.time(),
     )
-    voices = (home or record_path().parent) / "voices"
+    path = record_path(home)
+    voices = path.parent / "voices"
     app = create_app(service, token=token, loopback=loopback, version=version, voices=voices)
     config = uvicorn.Config(
         app,
@@ -97,7 +98,7 @@ def run_server(
         lifespan="off",
         server_header=False,
     )
-    path = write_record(record, record_path(home))
+    write_record(record, path)
     quiet = _QuietCuts()
     logging.getLogger("uvicorn.error").addFilter(quiet)
     try:

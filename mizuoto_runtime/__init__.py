@@ -18,7 +18,8 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
   ``mask_for``, ``decode`` (the decode loop, step by step), ``generate``, ``peak_bytes``
 - acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
-- child processes killed on cancel: ``open_process``, ``run_process``
+- child processes killed on cancel and with their owner: ``open_process``, ``run_process``,
+  ``kill_children``
 - several ranks: ``Groups`` (named process groups), and ``ColumnParallelLinear``,
   ``RowParallelLinear``, ``VocabParallelEmbedding``, ``shard_state_dict`` (tensor parallelism)
 """
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from mizuoto_runtime.memory.handle import ModelHandle
     from mizuoto_runtime.ops import init_random
     from mizuoto_runtime.parallel import Groups
-    from mizuoto_runtime.process import open_process, run_process
+    from mizuoto_runtime.process import kill_children, open_process, run_process
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_runtime.sampling import (
         InvalidSamplingParams,
@@ -132,6 +133,7 @@ _WHERE = {
     "VocabParallelEmbedding": "mizuoto_runtime.lm.tensor_parallel",
     "shard_state_dict": "mizuoto_runtime.lm.tensor_parallel",
     "open_process": "mizuoto_runtime.process",
+    "kill_children": "mizuoto_runtime.process",
     "run_process": "mizuoto_runtime.process",
 }
 
@@ -170,6 +172,7 @@ __all__ = [
     "hf_sample",
     "init_random",
     "is_oom",
+    "kill_children",
     "lm",
     "load_into",
     "load_onnx",

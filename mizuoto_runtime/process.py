@@ -6,16 +6,34 @@ starts in a new session, so it leads a process group of its own (group id = its 
 nothing else does. Leaving the block kills the group if the child still runs and always reaps
 the child, so an engine whose stream the caller closes early leaves neither a running child nor a
 zombie behind.
+
+A child also dies with the process that owns it, whatever ends that process:
+
+- Linux: the child is forked from one long-lived thread of this process with the parent-death
+  signal set to SIGKILL (``prctl(PR_SET_PDEATHSIG)``), so the kernel kills it when this process
+  ends, even by SIGKILL. The signal follows the thread that forked, not the process, hence the one
+  thread that lives as long as the process. It reaches the child itself; what the child started
+  in turn is killed by the host's stop (``kill_children``) or by the child's own exit handling.
+- Elsewhere (macOS, Windows): no such signal exists; the hosts (worker, agent, server, CLI) call
+  ``kill_children()`` on every stop they survive, and an exit handler does it on a normal exit.
+
+``kill_children()`` kills the process group of every child this process started through
+``open_process`` that still runs: a host calls it when it stops, after its calls had their
+bounded time to unwind.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 
@@ -55,6 +73,101 @@ class _Group:
                 os.killpg(self._process.pid, signal.SIGKILL)
 
 
+class _Children:
+    """The groups of the children that run now: what ``kill_children`` kills."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: set[_Group] = set()
+        self._hooked = False
+
+    def add(self, group: _Group) -> None:
+        with self._lock:
+            self._groups.add(group)
+            if not self._hooked:  # once, at the first child: a normal exit kills what is left
+                atexit.register(self.kill)
+                self._hooked = True
+
+    def discard(self, group: _Group) -> None:
+        with self._lock:
+            self._groups.discard(group)
+
+    def kill(self) -> int:
+        with self._lock:
+            groups = list(self._groups)
+        for group in groups:
+            group.kill()
+        return len(groups)
+
+
+_children = _Children()
+
+
+def kill_children() -> int:
+    """Kill the process group of every child started through ``open_process`` in this process
+    that still runs; returns how many there were. Their ``with`` blocks still reap them."""
+    return _children.kill()
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its forking thread ends;
+    None where there is no such request (not Linux, or no C library to ask through)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the owner died between the fork and the request
+            os._exit(1)
+
+    return arm
+
+
+class _Spawner:
+    """The one thread that forks every child on Linux, alive as long as the process, so that the
+    parent-death signal fires when the process ends and not when a request thread ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[Any]], Future[Any]]]
+        self._jobs = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def popen(self, args: Sequence[str | os.PathLike[str]], **popen: Any) -> subprocess.Popen[Any]:
+        arm = _parent_death_signal()
+        if arm is None:
+            return subprocess.Popen(args, start_new_session=True, **popen)
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="mizuoto-child-spawner", daemon=True
+                )
+                self._thread.start()
+        done: Future[subprocess.Popen[Any]] = Future()
+        self._jobs.put(
+            (lambda: subprocess.Popen(args, start_new_session=True, preexec_fn=arm, **popen), done)
+        )
+        return done.result()
+
+    def _run(self) -> None:
+        while True:
+            start, done = self._jobs.get()
+            try:
+                done.set_result(start())
+            except BaseException as error:  # the caller's to raise, on its own thread
+                done.set_exception(error)
+
+
+_spawner = _Spawner()
+
+
 @contextlib.contextmanager
 def open_process(
     ctx: Cancellable, args: Sequence[str | os.PathLike[str]], **popen: Any
@@ -71,8 +184,9 @@ def open_process(
     if taken:
         raise TypeError(f"open_process: {', '.join(taken)} is set by open_process itself")
     ctx.check_cancel()
-    process = subprocess.Popen(args, start_new_session=True, **popen)
+    process = _spawner.popen(args, **popen)
     group = _Group(process)
+    _children.add(group)
     try:
         with ctx.on_cancel(group.kill):
             yield process
@@ -83,6 +197,7 @@ def open_process(
     finally:
         group.kill()
         process.wait()  # reaped before its pipes close, so it dies of the kill, not of a pipe
+        _children.discard(group)
         for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):  # unflushed input to a killed child

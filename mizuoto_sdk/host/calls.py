@@ -4,7 +4,8 @@ A call runs on the caller's thread. Each step of the engine (the call itself, or
 its generator) runs inside ``torch.inference_mode()`` with the request context bound (an engine
 that declares ``uses_torch=False``: with the context bound only, torch never imported); between
 steps the caller's code runs in neither. A watcher thread forwards the caller's cancel event to the
-context every 20 ms and cancels the call when its timeout passes.
+context every 20 ms and cancels the call when its timeout passes. While it runs, a call is listed
+in its host's ``OpenCalls`` (``host/stopping.py``), so that a stop of the process can end it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.compute import ComputeSettings
     from mizuoto_sdk.engine import LoadedEngine
+    from mizuoto_sdk.host.stopping import OpenCalls
     from mizuoto_sdk.request import EngineRequest
 
 T = TypeVar("T")
@@ -60,10 +62,12 @@ class Call:
         settings: Mapping[str, object],
         compute: ComputeSettings,
         fail: Callable[[BaseException], EngineError],
+        open_calls: OpenCalls | None = None,
     ) -> None:
         """``params`` are the request's as the manifest checked them; ``runtime`` is None for
         an engine that declares ``uses_torch=False`` (no torch, no memory manager); ``fail``
-        turns what engine code raised into the coded error the caller sees."""
+        turns what engine code raised into the coded error the caller sees; ``open_calls``
+        lists the call while it runs, for the host's stop."""
         self.target = target
         self.request = request
         self.capability = capability
@@ -84,6 +88,17 @@ class Call:
         self.loaded_engine: LoadedEngine | None = None  # set when the call begins
         self._done = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._open_calls = open_calls
+        # A stream's engine generator, stepped by the caller's thread or closed by a stop: one
+        # at a time (a generator cannot be closed while it runs).
+        self._steps = threading.Lock()
+        self._chunks: Iterator[Any] | None = None
+        self._engine_closed = False
+        self._unwound = threading.Event()
+
+    @property
+    def name(self) -> str:
+        return self.target.name
 
     def __enter__(self) -> Call:
         self._started = time.perf_counter()
@@ -98,9 +113,14 @@ class Call:
             target=self._watch, name=f"mizuoto-watch-{self.target.name}", daemon=True
         )
         self._watcher.start()
+        if self._open_calls is not None:
+            self._open_calls.add(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._unwound.set()
+        if self._open_calls is not None:
+            self._open_calls.discard(self)
         self._done.set()
         if self._watcher is not None:
             self._watcher.join()
@@ -118,6 +138,33 @@ class Call:
                 self.ctx.cancel("cancelled")
             elif deadline is not None and time.perf_counter() >= deadline:
                 self.ctx.cancel("timeout")
+
+    def stop(self, deadline: float) -> None:
+        """Cancel the call for a stop of the host. A stream paused between chunks runs no engine
+        code that could see the cancel, so its engine generator is closed here (its ``finally``
+        blocks run now); a step in progress is waited for until ``deadline``
+        (``time.monotonic()``), and then unwinds on its own thread when it reaches a check."""
+        self.ctx.cancel("cancelled")
+        if not self._steps.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return
+        try:
+            if self._chunks is not None and not self._engine_closed:
+                with contextlib.suppress(Exception):  # the caller sees the cancel, not this
+                    self._close_engine()
+                self._unwound.set()
+        finally:
+            self._steps.release()
+
+    def wait_unwound(self, timeout: float) -> bool:
+        """Whether the engine code of this call has ended (or was closed) within ``timeout``."""
+        return self._unwound.wait(timeout)
+
+    def _close_engine(self) -> None:
+        """Close the stream's engine generator once (hold ``_steps``)."""
+        self._engine_closed = True
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            self.step(close)
 
     def step(self, function: Callable[..., T], *args: Any) -> T:
         """Run one piece of engine code: inference mode, context bound, errors mapped.
@@ -184,11 +231,15 @@ class Call:
         with self:
             self.check_cancel()
             function = getattr(self.loaded_engine, method)
-            chunks = self.step(lambda: iter(function(*args, self.ctx)))
+            with self._steps:
+                self._chunks = self.step(lambda: iter(function(*args, self.ctx)))
             try:
                 sample_rate = None
                 for index in itertools.count():
-                    chunk = self.step(next, chunks, _END)
+                    with self._steps:
+                        if self._engine_closed:  # a stop closed it while the caller was away
+                            self.check_cancel()
+                        chunk = self.step(next, self._chunks, _END)
                     if chunk is _END:
                         return
                     converted = self.step(host_chunk, chunk, index)
@@ -205,9 +256,9 @@ class Call:
                     self.check_cancel()
                     yield converted
             finally:
-                close = getattr(chunks, "close", None)
-                if close is not None:
-                    self.step(close)
+                with self._steps:
+                    if not self._engine_closed:
+                        self._close_engine()
 
     def collect(self, method: str, *args: Any) -> AudioChunk:
         """The whole output of the loaded engine's generator ``method`` as one float32 mono

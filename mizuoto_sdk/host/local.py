@@ -29,6 +29,7 @@ from mizuoto_sdk.host.models import model_cache
 from mizuoto_sdk.host.notorch import NoRuntime, declared_dtype
 from mizuoto_sdk.host.programs import missing_requirements, unavailable
 from mizuoto_sdk.host.settings import Settings
+from mizuoto_sdk.host.stopping import OpenCalls
 from mizuoto_sdk.manifest import EngineManifest, ModelEntry, device_type
 from mizuoto_sdk.types import LoadSpec
 
@@ -45,6 +46,7 @@ class EngineHost(Protocol):
     discovery: Discovery
     settings: Settings
     registry_lock: threading.RLock
+    open_calls: OpenCalls
 
     @property
     def runtime(self) -> Runtime: ...
@@ -117,6 +119,11 @@ class LocalEngine:
     @property
     def settings(self) -> Settings:
         return self.host.settings
+
+    @property
+    def open_calls(self) -> OpenCalls:
+        """The host's calls in flight, which this engine's calls join while they run."""
+        return self.host.open_calls
 
     def runtime_for_calls(self) -> Runtime | None:
         """The runtime a call runs with; None for an engine that declares uses_torch=False."""

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from mizuoto_runtime.runtime import Runtime
     from mizuoto_sdk.engine import LoadedEngine
     from mizuoto_sdk.host.settings import Settings
+    from mizuoto_sdk.host.stopping import OpenCalls
 
 
 class ModelOwner(Protocol):
@@ -44,6 +45,9 @@ class ModelOwner(Protocol):
     def settings(self) -> Settings: ...
 
     def runtime_for_calls(self) -> Runtime | None: ...
+
+    @property
+    def open_calls(self) -> OpenCalls: ...
 
     def reload(self, model: LocalModel) -> None: ...
 
@@ -257,6 +261,7 @@ class LocalModel:
                 settings=settings.as_dict(),
                 compute=settings.compute,
                 fail=self._fail,
+                open_calls=self.engine.open_calls,
             )
         except EngineError as error:
             raise self._fail(error) from None

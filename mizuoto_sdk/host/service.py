@@ -16,6 +16,7 @@ from mizuoto_sdk.host.local import LocalEngine
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
+from mizuoto_sdk.host.stopping import OpenCalls
 from mizuoto_sdk.manifest import device_type
 from mizuoto_sdk.parallel import ParallelConfig, check_declared
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
@@ -69,6 +70,7 @@ class RuntimeService:
         self._external: dict[tuple[object, ...], ExternalModel] = {}
         self._runtime: Runtime | None = None
         self.registry_lock = threading.RLock()
+        self.open_calls = OpenCalls()
         self.settings.subscribe(self._setting_changed)
 
     @property
@@ -168,12 +170,22 @@ class RuntimeService:
         with self.registry_lock:
             return [s for s in self._served.values() if not s.closed]
 
-    def close(self) -> None:
-        """Stop every worker process and unload every idle model; idempotent.
+    def close(self, grace: float | None = None) -> list[str]:
+        """Stop every call in flight, every worker process, and unload every model; idempotent.
 
-        Requests in flight on workers fail with ``engine_unavailable``; queued submissions are
-        cancelled.
+        The calls running in this process are cancelled (a stream paused between chunks has its
+        engine generator closed), and the service waits up to ``grace`` seconds (default: the
+        setting ``host.stop_timeout``) for them to unwind: their ``finally`` blocks run and the
+        children they started with ``ctx.open_process`` are killed. Workers are then told to
+        stop, which they do the same way; requests in flight on them fail with
+        ``engine_unavailable``; queued submissions are cancelled. Returns the names of the
+        models whose calls had not unwound in time (they are left to the process's exit).
         """
+        if grace is None:
+            grace = float(self.settings.get("host.stop_timeout"))
+        left = self.open_calls.stop(grace)
+        if left:
+            log.warning("calls still running after %.1f s of stopping: %s", grace, ", ".join(left))
         with self.registry_lock:
             served, self._served = list(self._served.values()), {}
             external, self._external = list(self._external.values()), {}
@@ -183,6 +195,7 @@ class RuntimeService:
             rank.close()
         for model in self.models():
             model.close()
+        return left
 
     def __enter__(self) -> RuntimeService:
         return self

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mizuoto_runtime.context import RequestContext
-from mizuoto_runtime.process import open_process, run_process
+from mizuoto_runtime.process import kill_children, open_process, run_process
 from mizuoto_sdk import CancelledError, OperationTimeoutError
 from mizuoto_sdk.host import Discovery, EngineRequest, RuntimeService
 
@@ -180,3 +180,47 @@ def test_cancelling_a_host_stream_kills_the_engines_child(fixture_engine):
             pass
     (pid,) = started_pids[before:]
     assert_reaped(pid)
+
+
+_OWNER = """
+import sys, threading, time
+from mizuoto_runtime.context import RequestContext
+from mizuoto_runtime.process import open_process
+
+held = []
+
+def start():
+    held.append(open_process(RequestContext(), ["sleep", "60"]))
+    print(held[0].__enter__().pid, flush=True)  # never left: only the owner's death ends it
+
+starter = threading.Thread(target=start)
+starter.start()
+starter.join()  # the thread that asked for the child is gone; the child must not be
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal")
+def test_a_child_outlives_the_thread_that_started_it_but_not_its_owner():
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(owner.stdout.readline())
+        assert owner.stdout.readline() == "ready\n"
+        os.kill(pid, 0)  # alive: the starting thread's end did not kill it
+        owner.kill()  # SIGKILL: no handler of the owner's runs
+        owner.wait()
+        assert_exits(pid)
+    finally:
+        owner.kill()
+        owner.wait()
+        owner.stdout.close()
+
+
+def test_kill_children_kills_every_child_still_running():
+    ctx = RequestContext()
+    with open_process(ctx, ["sleep", "30"]) as first, open_process(ctx, ["sleep", "30"]) as second:
+        assert kill_children() >= 2
+        assert first.wait(BOUND) == -9
+        assert second.wait(BOUND) == -9
+    assert kill_children() == 0  # reaped children are no longer anyone's to kill

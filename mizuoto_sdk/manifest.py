@@ -44,6 +44,7 @@ __all__ = [
     "PackageSource",
     "Program",
     "UrlSource",
+    "canonical_device",
     "canonical_dtype",
     "device_type",
     "parse_api_version",
@@ -77,17 +78,38 @@ def canonical_dtype(name: str) -> str:
     return value
 
 
-def device_type(device: str) -> str:
-    """``"cuda:1"`` -> ``"cuda"``; raises ValueError for anything that is not a known device."""
+_DEVICE = re.compile(r"(?P<kind>[a-z]+)(?::(?P<index>[0-9]{1,6}))?")
+_ONE_DEVICE = ("cpu", "mps")  # a machine has one of each: every index names the same device
+
+
+def canonical_device(device: str) -> str:
+    """The one spelling of ``device`` that every layer keys models by.
+
+    ``"cuda:01"`` -> ``"cuda:1"``; ``"cpu:0"``, ``"cpu:7"`` -> ``"cpu"`` (torch ignores a CPU
+    index: all name the one CPU, so they must not load copies of one model); ``"mps:0"`` ->
+    ``"mps"``. ``"cuda"`` stays the current CUDA device, as torch reads it. Raises TypeError for a
+    non-string and ValueError for anything that is not a device of a known type (another
+    index on mps, a sign, letters, a missing index after ``:``).
+    """
     if not isinstance(device, str):
         raise TypeError(f"device: expected a string such as 'cpu' or 'cuda:0', got {device!r}")
-    kind, _, index = device.partition(":")
-    if kind not in DEVICE_TYPES or (index and not index.isdigit()) or device.endswith(":"):
+    match = _DEVICE.fullmatch(device)
+    if match is None or match["kind"] not in DEVICE_TYPES:
         raise ValueError(
             f"device: {device!r} is not a device; expected one of {', '.join(DEVICE_TYPES)}, "
             "optionally with an index such as 'cuda:0'"
         )
-    return kind
+    kind, index = match["kind"], match["index"]
+    if index is None or kind == "cpu":
+        return kind
+    if kind in _ONE_DEVICE and int(index) != 0:
+        raise ValueError(f"device: {device!r} is not a device; {kind} has only {kind}:0")
+    return kind if kind in _ONE_DEVICE else f"{kind}:{int(index)}"
+
+
+def device_type(device: str) -> str:
+    """``"cuda:1"`` -> ``"cuda"``; raises ValueError for anything that is not a known device."""
+    return canonical_device(device).partition(":")[0]
 
 
 def parse_api_version(version: str) -> tuple[int, int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from mizuoto_sdk.manifest import canonical_dtype, device_type
+from mizuoto_sdk.manifest import canonical_device, canonical_dtype, device_type
 
 
 def _frozen_map(value: Mapping[str, object] | None) -> Mapping[str, object]:
@@ -74,10 +74,6 @@ class AudioChunk:
         return int(self.samples.shape[-1]) / self.sample_rate
 
 
-def _check_device(instance: LoadSpec, attribute: attrs.Attribute[Any], value: str) -> None:
-    device_type(value)
-
-
 def _optional_path(value: str | Path | None) -> Path | None:
     return None if value is None else Path(value)
 
@@ -87,7 +83,7 @@ class LoadSpec:
     """What to load: which model, from where, on which device, at which precision."""
 
     model_id: str = attrs.field(validator=attrs.validators.instance_of(str))
-    device: str = attrs.field(validator=_check_device)
+    device: str = attrs.field(converter=canonical_device)  # "cpu:0" -> "cpu"
     dtype: str = attrs.field(converter=canonical_dtype)
     model_dir: Path | None = attrs.field(default=None, converter=_optional_path)
     variant: str | None = None

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mizuoto_sdk.discovery import Discovery
+from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.host.deploy import external_model, remote_model, replicated_model
 from mizuoto_sdk.host.inventory import DoctorReport, EngineRow, doctor_report, engine_rows
 from mizuoto_sdk.host.local import LocalEngine
@@ -17,7 +18,7 @@ from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.notorch import torch_missing
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.host.stopping import OpenCalls
-from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.manifest import canonical_device, device_type
 from mizuoto_sdk.parallel import ParallelConfig, check_declared
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, Deployment, plan_deployment
 
@@ -99,8 +100,9 @@ class RuntimeService:
         return self._runtime
 
     def engine(self, engine_id: str, device: str | None = None) -> LocalEngine:
-        """The LocalEngine for ``engine_id`` on ``device`` (default: its setting, else cpu)."""
-        device = device or self.settings.engine(engine_id, "device") or "cpu"
+        """The LocalEngine for ``engine_id`` on ``device`` (default: its setting, else cpu);
+        every spelling of one device (``cpu``, ``cpu:0``) is the same LocalEngine."""
+        device = _device(engine_id, device or self.settings.engine(engine_id, "device") or "cpu")
         with self.registry_lock:
             engine = self._engines.get((engine_id, device))
             if engine is None:
@@ -157,6 +159,8 @@ class RuntimeService:
         manifest = self.discovery.manifest(engine_id)
         fields = {name: self.settings.engine(engine_id, name) for name in DEPLOYMENT_FIELDS}
         device = device or self.settings.engine(engine_id, "device") or "cpu"
+        if not (isinstance(device, str) and "/" in device):  # an agent reads its own devices
+            device = _device(engine_id, device)
         parallel = ParallelConfig.from_mapping(
             self.settings.engine(engine_id, "parallel"), f"engines.{engine_id}.parallel"
         )
@@ -395,3 +399,11 @@ class RuntimeService:
                 model.close()
             unloaded = self.unload(parts[1])
             log.info("%s changed: unloaded %s", key, ", ".join(unloaded) or "nothing")
+
+
+def _device(engine_id: str, device: object) -> str:
+    """The one spelling of a device of this machine, or the caller's error naming the field."""
+    try:
+        return canonical_device(device)  # type: ignore[arg-type]  # TypeError for a non-string
+    except (TypeError, ValueError) as error:
+        raise InvalidRequest(str(error), {"field": "device", "engine": engine_id}) from None

@@ -29,7 +29,7 @@ from typing import Any
 
 from mizuoto_sdk.compute import ATTENTION_POLICIES, ComputeSettings
 from mizuoto_sdk.errors import InvalidRequest
-from mizuoto_sdk.manifest import canonical_dtype, device_type
+from mizuoto_sdk.manifest import canonical_device, canonical_dtype
 from mizuoto_sdk.parallel import ParallelConfig
 from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, HOST_NAME, remote_device
 
@@ -37,11 +37,10 @@ from mizuoto_sdk.serving.plan import DEPLOYMENT_FIELDS, HOST_NAME, remote_device
 def _device(key: str, value: object) -> str:
     """A device of this machine (``cuda:0``), or ``<name>/<device>`` on the agent ``<name>``."""
     try:
-        if remote_device(value) is None:  # type: ignore[arg-type]  # None for a non-string
-            device_type(value)  # type: ignore[arg-type]  # raises TypeError for a non-string
+        split = remote_device(value)  # type: ignore[arg-type]  # None for a non-string
+        return canonical_device(value) if split is None else "/".join(split)  # type: ignore[arg-type]
     except (TypeError, ValueError) as error:
         raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
-    return value  # type: ignore[return-value]  # device_type accepted it: a string
 
 
 def _dtype(key: str, value: object) -> str:

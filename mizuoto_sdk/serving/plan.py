@@ -17,7 +17,7 @@ from typing import Literal, cast
 import attrs
 
 from mizuoto_sdk.errors import InvalidRequest
-from mizuoto_sdk.manifest import device_type
+from mizuoto_sdk.manifest import canonical_device, device_type
 from mizuoto_sdk.parallel import ParallelConfig
 
 __all__ = [
@@ -57,7 +57,7 @@ def remote_device(device: str) -> tuple[str, str] | None:
             "'_' (the <name> of remote.hosts.<name>), as in 'box/cpu'"
         )
     try:
-        device_type(local)
+        local = canonical_device(local)
     except ValueError as error:
         raise ValueError(f"device: {device!r}: on the agent, {error}") from None
     return name, local
@@ -99,12 +99,13 @@ def _devices(key: str, value: object) -> tuple[str, ...] | None:
             f"got {value!r}",
             {"field": key},
         )
+    devices = []
     for item in items:
-        try:
-            device_type(item)
+        try:  # one spelling per device: "cuda:01" is "cuda:1", "cpu:0" is "cpu"
+            devices.append(canonical_device(item))
         except (TypeError, ValueError) as error:
             raise InvalidRequest(f"{key}: {error}", {"field": key}) from None
-    return tuple(items)
+    return tuple(devices)
 
 
 def _deployment(key: str, value: object) -> str:
@@ -362,7 +363,7 @@ def _remote(
     return Deployment(
         engine_id=engine_id,
         mode="remote",
-        replicas=[[device]],
+        replicas=[["/".join(split)]],  # "box/cpu:0" is "box/cpu": one model on the agent
         execution_timeout=cast("float | None", values["execution_timeout"]),
         restart=cast(Restart, values["restart"]),
         threads=cast("int | None", values["threads"]),

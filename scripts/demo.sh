@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job: list the engines, synthesize a WAV with each bundled engine through the host
-# (streamed), and run the contract suite against every bundled engine.
+# (streamed), and run the contract suite against every bundled engine. Runs in the active virtual
+# environment, else in .venv here, made on first use (scripts/venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/venv.sh
 bash scripts/install.sh
 mizuoto engines
 mizuoto synth sine "hello world" -o hello.wav --seed 7

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install everything, lint, and run the test suite (GPU tests skip without a GPU).
+# Install everything, lint, and run the test suite (GPU tests skip without a GPU). Runs in the
+# active virtual environment, else in .venv here (made on first use; see scripts/venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/venv.sh
 bash scripts/install.sh
 bash scripts/install-browser.sh
 ruff check .

@@ -20,7 +20,9 @@ and the thread count:
   thread a packed copy of a K x 64 panel of the weight (64 columns: the widest block its
   microkernels hold in registers), a float32 accumulator for its rows of that panel, and a few
   KiB of descriptors and tile buffers. A matmul runs one kernel or the other: the larger counts.
-  float32 matmuls allocate nothing through torch.
+  float32 matmuls allocate nothing through torch. Measured for bfloat16 (avx512_bf16 and AMX) and
+  for float16 without native instructions; float16's native kernels (avx512_fp16, AMX) allocate
+  more than this on some shapes, and the estimate does not bound them yet.
 - Scaled dot-product attention on CPU runs the flash kernel: every thread gets float32 buffers for
   one block of at most 256 queries x 512 keys (scores, row maxima and sums, the output
   accumulator) and, for half types, a copy of the scores in the model's dtype; float32 log-sum-exp

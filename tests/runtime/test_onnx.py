@@ -633,10 +633,10 @@ def test_an_attribute_without_a_type_is_inferred_from_its_value():
     ],
 )
 def test_corrupt_input_raises_format_error_saying_where(data, where):
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a busy machine cannot stretch it past the bound
     with pytest.raises(OnnxFormatError, match=where) as caught:
         parse_onnx(data)
-    assert time.perf_counter() - start < 1
+    assert time.process_time() - start < 1
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
     assert "model" in message and ("byte" in message or "tensor" in message or "graph" in message)
@@ -659,10 +659,10 @@ def test_subgraph_nesting_is_bounded():
 
 def check_parse_or_format_error(data: bytes) -> None:
     """Only a successful parse (whose tensors all decode) or an OnnxFormatError may come out."""
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time, as above
     with contextlib.suppress(OnnxFormatError):
         json.dumps(describe(parse_onnx(data)), allow_nan=False)
-    assert time.perf_counter() - start < 2
+    assert time.process_time() - start < 2
 
 
 FUZZ = settings(

@@ -280,12 +280,21 @@ def test_ctrl_c_in_a_hook_still_stops_discovery():
         discovery.records()
 
 
+class ExitsWhenListed:
+    """A plugin object whose attribute listing calls sys.exit: every pluggy version's
+    registration lists a plugin's attributes with dir()."""
+
+    def __dir__(self):
+        raise SystemExit(5)
+
+
 class ExitsWhenRead:
-    """A plugin object whose attribute lookup (which registration does) calls sys.exit."""
+    """A plugin object whose hook is a property that calls sys.exit. pluggy before 1.7 reads it
+    while registering; 1.7 and later skip properties, and the plugin then implements no hook."""
 
     @property
     def mizuoto_engines(self):
-        raise SystemExit(5)
+        raise SystemExit(7)
 
 
 class ExitsWhenShown:
@@ -295,10 +304,11 @@ class ExitsWhenShown:
 
 def test_a_plugin_that_exits_while_registered_or_shown_is_failed():
     shown = SimpleNamespace(mizuoto_engines=hookimpl(lambda: ExitsWhenShown()))
-    records = by_id(in_process(read=ExitsWhenRead(), shown=shown))
+    records = by_id(in_process(listed=ExitsWhenListed(), read=ExitsWhenRead(), shown=shown))
     assert records["good"].status == "ok"
-    assert records["read"].status == "failed"
-    assert "SystemExit: 5" in records["read"].error
+    assert records["listed"].status == "failed"
+    assert "registration failed: SystemExit: 5" in records["listed"].error
+    assert records["read"].status == "failed"  # whether or not this pluggy reads the property
     assert records["shown"].status == "failed"
     assert "expected a list of EngineManifest" in records["shown"].error
 

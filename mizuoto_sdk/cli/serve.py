@@ -82,8 +82,14 @@ def serve(args: argparse.Namespace) -> int:
                 f"--host {args.host} --port {args.port}: cannot listen: {error.strerror or error}"
             ) from None
         _log_to_stderr()
-        with RuntimeService(settings=settings) as service:
-            run_server(service, sock, token=token, version=_version(), announce=_announce)
+        # run_server closes the service: its stop has already given the calls their time
+        run_server(
+            RuntimeService(settings=settings),
+            sock,
+            token=token,
+            version=_version(),
+            announce=_announce,
+        )
     finally:
         lock.release()
     return 0

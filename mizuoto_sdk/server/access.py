@@ -1,9 +1,18 @@
 """Who may ask the server: a token on every request when it has one, and, bound to loopback,
-only requests addressed to a loopback name.
+only requests addressed to a loopback name; a request that changes something must come from the
+server's own page or from a program, never from a page elsewhere.
 
 The Host check stops DNS rebinding: a web page elsewhere whose name is made to resolve to
 127.0.0.1 would otherwise reach a loopback server from the user's browser. The token comes as
 ``Authorization: Bearer <token>`` or as the cookie ``GET /?token=<token>`` sets for the page.
+
+A page elsewhere can still make the user's browser send a request to the server without asking
+it first (a form, ``fetch`` in ``no-cors`` mode, ``sendBeacon``), but only with a body typed
+``application/x-www-form-urlencoded``, ``multipart/form-data`` or ``text/plain``, or untyped; any
+other type makes the browser ask the server first (a CORS preflight), which this server never
+allows. So every request that changes something (any method but GET, HEAD and OPTIONS) must
+carry another type (the API's are ``application/json`` and ``audio/wav``), and a browser's
+``Origin`` header, when there is one, must name this server itself.
 """
 
 from __future__ import annotations
@@ -12,13 +21,18 @@ import hmac
 import json
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 COOKIE = "mizuoto_token"
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+FORM_TYPES = frozenset(
+    {"application/x-www-form-urlencoded", "multipart/form-data", "text/plain", ""}
+)
+"""Body types a page elsewhere can send without the server's leave ("": no type at all)."""
 
 
 class Access:
@@ -45,7 +59,11 @@ class Access:
             )
             return
         if self.token is None or self._carries_token(headers):
-            await self.app(scope, receive, send)
+            refusal = _cross_site(scope["method"], headers)
+            if refusal is None:
+                await self.app(scope, receive, send)
+            else:
+                await _refuse(send, *refusal)
             return
         offered = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])
         if scope["path"] == "/" and self._matches(offered[0]):  # the page's link: set the cookie
@@ -82,6 +100,39 @@ class Access:
     def _matches(self, offered: str) -> bool:
         assert self.token is not None
         return hmac.compare_digest(offered.encode(), self.token.encode())
+
+
+def _cross_site(
+    method: str, headers: dict[str, str]
+) -> tuple[int, str, str, dict[str, object]] | None:
+    """Why a request that changes something may have been sent by a page elsewhere (status,
+    code, message, detail), or None when it cannot have been."""
+    if method.upper() in SAFE_METHODS:
+        return None
+    origin = headers.get("origin")
+    if origin is not None:
+        parts = urlsplit(origin)
+        own = parts.scheme in ("http", "https") and parts.netloc.lower() == (
+            headers.get("host", "").lower()
+        )
+        if not own:
+            return (
+                403,
+                "forbidden",
+                f"origin: this server acts only on requests from its own page, not from {origin!r}",
+                {"field": "origin", "origin": origin},
+            )
+    given = headers.get("content-type", "")
+    if given.partition(";")[0].strip().lower() in FORM_TYPES:
+        return (
+            415,
+            "unsupported_media_type",
+            f"content-type: {given or 'none'} is what a form on any web page can send; a "
+            "request that changes something must say application/json (the voices upload: "
+            "audio/wav)",
+            {"field": "content-type", "content_type": given},
+        )
+    return None
 
 
 def _host_name(host: str) -> str:

@@ -3,11 +3,14 @@
 Every handler that touches the service runs in a worker thread (plain ``def`` handlers, or
 ``run_in_threadpool``), never on the event loop; a synthesis runs on a thread of its own
 (``stream.ChunkFeed``). Errors are ``{"code", "message", "detail"}`` with the registry's codes
-mapped to HTTP statuses (``STATUS``); ``access.py`` checks the Host header and the token first.
+mapped to HTTP statuses (``STATUS``); ``access.py`` checks the Host header, the token and where a
+request that changes something comes from first, ``limits.py`` the size of a JSON body. No answer
+names the data folder: its path reads ``<data folder>`` wherever an error or a result holds it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -23,11 +26,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from mizuoto_sdk.audio import parse_wav
-from mizuoto_sdk.errors import EngineError, InvalidRequest
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 from mizuoto_sdk.server.access import Access
+from mizuoto_sdk.server.limits import REQUEST_TIMEOUT, BodyLimit
 from mizuoto_sdk.server.outcomes import Outcomes
-from mizuoto_sdk.server.stream import ChunkFeed, WavStream, first_chunk
+from mizuoto_sdk.server.stream import Feeds, WavStream, first_chunk
 
 PAGE = Path(__file__).with_name("page")
 API = "/api/v1"
@@ -61,7 +65,16 @@ _WAV_BODY: dict[str, Any] = {
         "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-_HTTP_CODES = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
+WAV_TYPES = frozenset({"audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave"})
+HIDDEN = "<data folder>"
+"""What an answer says in place of the data folder's path."""
+_HTTP_CODES = {
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "request_timeout",
+    415: "unsupported_media_type",
+}
 _VOICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -100,45 +113,77 @@ def public_error(error: BaseException) -> dict[str, Any]:
     return shown
 
 
-def error_response(code: str, message: str, detail: dict[str, Any], status: int) -> JSONResponse:
-    return JSONResponse({"code": code, "message": message, "detail": detail}, status_code=status)
-
-
 def create_app(
     service: RuntimeService,
     *,
     token: str | None = None,
     loopback: bool = True,
     version: str = "unknown",
-    voices: Path | None = None,
+    home: Path | None = None,
 ) -> FastAPI:
     """The server's app over ``service``. ``token``: required on every request when set;
-    ``loopback``: only loopback Host headers are accepted; ``voices``: where POST /voices writes
-    (default: ``voices`` in the data folder), added to the setting ``voices.roots``."""
-    if voices is None:
+    ``loopback``: only loopback Host headers are accepted; ``home``: the data folder (default:
+    ``MIZUOTO_HOME`` or the user's), whose ``voices`` POST /voices writes into, added to the
+    setting ``voices.roots``. ``app.state.feeds`` holds the syntheses that stream now, for a
+    server that stops (``Feeds.stop``)."""
+    if home is None:
         from mizuoto_sdk.host.models import data_home
 
-        voices = data_home() / "voices"
+        home = data_home()
+    voices = home / "voices"
     roots = [os.fspath(root) for root in service.settings.get("voices.roots") or ()]
     service.settings.set("voices.roots", [*roots, os.fspath(voices)])
+    answer = _answer_class(home)
     app = FastAPI(
         title="Mizuoto server",
         version=version,
         docs_url=None,  # Swagger's page loads scripts from a CDN: only the description is served
         redoc_url=None,
         openapi_url="/openapi.json",
+        default_response_class=answer,
     )
+    app.add_middleware(BodyLimit, own_limits=frozenset({f"{API}/voices"}))
     app.add_middleware(Access, token=token, loopback=loopback)
-    _errors(app)
-    _routes(app, service, version, voices)
+    app.state.feeds = Feeds()
+    _errors(app, answer)
+    _routes(app, service, version, voices, app.state.feeds)
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
 
 
-def _errors(app: FastAPI) -> None:
+def _answer_class(home: Path) -> type[JSONResponse]:
+    """JSON answers in which the data folder's path reads ``HIDDEN``: a client may learn where a
+    voice is inside the data folder, not where the data folder is on the server's disk."""
+    paths = {os.fspath(home), os.fspath(home.resolve())}
+    hidden = sorted(paths, key=len, reverse=True)  # the longer first: one may contain the other
+
+    def hide(value: Any) -> Any:
+        if isinstance(value, str):
+            for path in hidden:
+                value = value.replace(path, HIDDEN)
+            return value
+        if isinstance(value, dict):
+            return {hide(key): hide(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [hide(item) for item in value]
+        return value
+
+    class Answer(JSONResponse):
+        def render(self, content: Any) -> bytes:
+            return super().render(hide(content))
+
+    return Answer
+
+
+def _errors(app: FastAPI, answer: type[JSONResponse]) -> None:
+    def error_response(
+        code: str, message: str, detail: dict[str, Any], status: int
+    ) -> JSONResponse:
+        return answer({"code": code, "message": message, "detail": detail}, status_code=status)
+
     @app.exception_handler(EngineError)
     async def engine_error(request: Request, error: EngineError) -> JSONResponse:
-        return JSONResponse(public_error(error), status_code=STATUS.get(error.code, 500))
+        return answer(public_error(error), status_code=STATUS.get(error.code, 500))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -165,8 +210,16 @@ def _errors(app: FastAPI) -> None:
         )
 
 
-def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -> None:
+def _routes(
+    app: FastAPI, service: RuntimeService, version: str, voices: Path, feeds: Feeds
+) -> None:
     outcomes = Outcomes()
+
+    def open_for_work() -> None:
+        if feeds.stopping:
+            raise EngineUnavailable(
+                "the server is stopping: it takes no new work", {"reason": "stopping"}
+            )
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -204,6 +257,7 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
 
     @app.post(f"{API}/runtime/load")
     def load(body: LoadBody) -> dict[str, Any]:
+        open_for_work()
         model = service.load(body.engine, body.model, device=body.device)
         model.start()
         return {"model": model.name}
@@ -212,12 +266,13 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
     async def synthesize(body: SynthesisBody, request: Request) -> Response:
         """Audio as it is made (16-bit PCM mono WAV); a client that leaves cancels the request."""
         started = time.perf_counter()
+        open_for_work()
         request_id = outcomes.begin(body.engine)
         try:
             model, call = await run_in_threadpool(_prepare, service, body)
             outcomes.end(request_id, "streaming", model=model.name)
             name = f"synthesize {model.name}"
-            feed = ChunkFeed(lambda: model.synthesize(body.text, call), call, name)
+            feed = feeds.start(request_id, lambda: model.synthesize(body.text, call), call, name)
             chunk = await first_chunk(feed, request.receive)
             if chunk is None and not call.cancel_event.is_set():
                 raise InvalidRequest(
@@ -247,10 +302,15 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
     @app.get(f"{API}/requests/{{request_id}}")
     def outcome(request_id: str) -> dict[str, Any]:
         """How a recent synthesis ended (its ``X-Mizuoto-Request`` id): ``streaming``, ``done``,
-        ``cancelled`` or ``failed`` with its error; a cut stream's answer says why here."""
+        ``cancelled`` or ``failed`` with its error; a cut stream's answer says why here.
+        ``waiting_for_client``: the engine is held back until the client reads what it made."""
         found = outcomes.get(request_id)
         if found is None:
             raise HTTPException(404, f"no recent request {request_id!r}")
+        feed = feeds.get(request_id)
+        if feed is not None:  # streaming: what the client has been sent so far
+            found["chunks"] = feed.sent
+        found["waiting_for_client"] = feed is not None and feed.waiting
         return found
 
     @app.post(f"{API}/voices", openapi_extra=_WAV_BODY)
@@ -262,8 +322,9 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
         seed: int | None = Query(default=None, ge=0),
     ) -> dict[str, Any]:
         """The engine's ``prepare_voice`` on the WAV body (at most ``MAX_RECORDING`` bytes),
-        written into ``voices/ENGINE/NAME``; ``voice`` in the answer is what ``params.voice``
-        of a synthesis takes."""
+        written into ``voices/ENGINE/NAME`` in the data folder; ``voice`` in the answer,
+        ``ENGINE/NAME``, is what ``params.voice`` of a synthesis takes."""
+        open_for_work()
         if not _VOICE_NAME.fullmatch(name):
             raise InvalidRequest(
                 f"name: {name!r} is not a voice name: up to 64 letters, digits, '.', '_' or "
@@ -278,23 +339,38 @@ def _routes(app: FastAPI, service: RuntimeService, version: str, voices: Path) -
             served = service.load(engine, model)
             params = {} if seed is None else {"seed": seed}
             result = served.prepare_voice(recording, folder, EngineRequest(params=params))
-            return {"name": name, "voice": os.fspath(folder), "result": _json(result or {})}
+            voice = f"{engine}/{name}"  # found in the voices folder, one of voices.roots
+            return {"name": name, "voice": voice, "result": _json(result or {})}
 
         answer: dict[str, Any] = await run_in_threadpool(prepare)
         return answer
 
 
 async def _recording(request: Request) -> bytes:
-    """The request's body, refused as soon as it passes ``MAX_RECORDING`` bytes."""
+    """The request's body, refused as soon as it passes ``MAX_RECORDING`` bytes, or when
+    ``REQUEST_TIMEOUT`` seconds pass without a byte of it."""
+    given = request.headers.get("content-type", "")
+    if given.partition(";")[0].strip().lower() not in WAV_TYPES:
+        raise HTTPException(
+            415, f"content-type: the recording is sent as audio/wav, not {given or 'untyped'}"
+        )
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_RECORDING:
         raise _too_long()
     received = bytearray()
-    async for part in request.stream():
+    parts = request.stream().__aiter__()
+    while True:
+        try:
+            part = await asyncio.wait_for(parts.__anext__(), REQUEST_TIMEOUT)
+        except StopAsyncIteration:
+            return bytes(received)
+        except asyncio.TimeoutError:
+            raise HTTPException(
+                408, f"the recording stopped coming: nothing of it for {REQUEST_TIMEOUT:g} s"
+            ) from None
         received += part
         if len(received) > MAX_RECORDING:
             raise _too_long()
-    return bytes(received)
 
 
 def _too_long() -> InvalidRequest:

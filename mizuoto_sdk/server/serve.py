@@ -1,9 +1,13 @@
 """Run the app under uvicorn: listen, write ``server.json``, serve until stopped, clean up.
 
 The socket is bound before ``server.json`` is written, so a command that finds the file can
-connect (a request that comes before uvicorn accepts waits in the listen backlog). On a clean
-stop (SIGINT, SIGTERM: uvicorn finishes the requests in flight for up to ``GRACE`` seconds) the
-file is removed and every model unloaded; a server that is killed leaves a stale file, which
+connect (a request that comes before uvicorn accepts waits in the listen backlog). A clean stop
+(SIGINT, SIGTERM) first ends the work in flight, then the connections: the server stops
+accepting, takes no new work, cancels every synthesis and every other call in flight and waits
+up to the setting ``host.stop_timeout`` (10 s) for their engines to unwind (their ``finally``
+blocks run, the children they started die), and only then lets uvicorn close the connections,
+within ``GRACE`` seconds. The file is then removed, every model unloaded, and any child an
+engine left running killed; a server that is killed leaves a stale file, which
 ``record.live_record`` recognises by its pid and the next ``serve`` replaces.
 """
 
@@ -17,15 +21,23 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mizuoto_runtime.process import kill_children
 from mizuoto_sdk.host import RuntimeService
+from mizuoto_sdk.server.limits import REQUEST_TIMEOUT, head_deadline
 from mizuoto_sdk.server.record import ServerRecord, record_path, remove_record, write_record
 from mizuoto_sdk.server.stream import StreamCut
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from mizuoto_sdk.server.stream import Feeds
 
 log = logging.getLogger(__name__)
 
 GRACE = 5
-"""Seconds a stopping server gives the requests in flight before it closes their connections."""
+"""Seconds a stopping server gives its connections to end once the work in flight has ended."""
 
 
 def is_loopback(host: str) -> bool:
@@ -66,8 +78,9 @@ def run_server(
     home: Path | None = None,
     announce: Callable[[ServerRecord, Path], None] | None = None,
 ) -> None:
-    """Serve ``service`` on ``sock`` until a signal stops the server; ``server.json`` goes into
-    ``home`` (default: the data folder) while it runs. ``announce`` is told where it listens."""
+    """Serve ``service`` on ``sock`` until a signal stops the server, then close ``service``;
+    ``server.json`` goes into ``home`` (default: the data folder) while it runs. ``announce`` is
+    told where it listens."""
     import uvicorn
 
     from mizuoto_sdk.server.app import create_app
@@ -89,10 +102,10 @@ def run_server(
         started=time.time(),
     )
     path = record_path(home)
-    voices = path.parent / "voices"
-    app = create_app(service, token=token, loopback=loopback, version=version, voices=voices)
+    app = create_app(service, token=token, loopback=loopback, version=version, home=path.parent)
     config = uvicorn.Config(
         app,
+        http=head_deadline(REQUEST_TIMEOUT),  # h11, with a deadline for each request's head
         log_level="info",
         timeout_graceful_shutdown=GRACE,
         lifespan="off",
@@ -104,12 +117,47 @@ def run_server(
     try:
         if announce is not None:
             announce(record, path)
-        uvicorn.Server(config).run(sockets=[sock])
+        _server(config, lambda: _end_work(app.state.feeds, service)).run(sockets=[sock])
     finally:
         remove_record(record.pid, path)
         logging.getLogger("uvicorn.error").removeFilter(quiet)
-        service.close()
+        service.close(0)  # after _end_work: what is left is idle
+        kill_children()  # what an engine that outlasted the stop left running
         sock.close()
+
+
+def _end_work(feeds: Feeds, service: RuntimeService) -> None:
+    """Cancel every synthesis and every other call in flight and wait up to the setting
+    ``host.stop_timeout`` for them to unwind; the streams first (each closes its engine stream
+    on its own thread), then the service's calls within what is left of the time."""
+    grace = float(service.settings.get("host.stop_timeout"))
+    deadline = time.monotonic() + grace
+    streams = feeds.stop(deadline)
+    left = service.close(max(0.0, deadline - time.monotonic()))
+    if streams or left:
+        log.warning(
+            "%d stream(s) and the calls of %s had not ended %.1f s after the stop: left to the "
+            "process's exit",
+            streams,
+            ", ".join(left) or "no model",
+            grace,
+        )
+
+
+def _server(config: uvicorn.Config, end_work: Callable[[], None]) -> uvicorn.Server:
+    """uvicorn's server, whose shutdown ends the work in flight before it waits for connections
+    (uvicorn alone would wait ``GRACE`` seconds for streams that only end when cancelled, then
+    cancel their tasks without waiting for the engines behind them)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            for server in self.servers:  # no new connection while the work ends
+                server.close()
+            await asyncio.to_thread(end_work)
+            await super().shutdown(sockets)
+
+    return Server(config)
 
 
 class _QuietCuts(logging.Filter):

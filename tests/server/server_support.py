@@ -13,7 +13,8 @@ from pathlib import Path
 
 import httpx
 
-SERVING_SITE = Path(__file__).parents[1] / "sdk" / "serving_site"
+SERVING_SITE = Path(__file__).parents[1] / "sdk" / "serving_site"  # the faulty engine
+WITNESS_SITE = Path(__file__).with_name("server_site")  # the witness engine
 START_TIMEOUT = 60.0
 
 
@@ -37,7 +38,8 @@ def server_env(home: Path, settings: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["MIZUOTO_HOME"] = str(home)
     env["MIZUOTO_SETTINGS"] = str(settings)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SERVING_SITE), env.get("PYTHONPATH")]))
+    sites = [str(SERVING_SITE), str(WITNESS_SITE), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, sites))
     env.pop("MIZUOTO_PLUGINS", None)
     return env
 

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -20,6 +21,7 @@ from server_support import RunningServer
 from mizuoto_sdk.audio import UNKNOWN_SIZE, pcm16, write_wav
 from mizuoto_sdk.errors import ERROR_CODES
 from mizuoto_sdk.host import EngineRequest, RuntimeService
+from mizuoto_sdk.server.stream import AHEAD
 
 HANG_AFTER_FIRST = {"fault": "hang_cancellable", "at": 1, "chunks": 3}
 
@@ -44,6 +46,18 @@ def host_pcm(engine: str, text: str, params: dict[str, object]) -> bytes:
 def model_state(server: RunningServer, engine: str) -> list[str]:
     models = server.client.get("/api/v1/runtime").json()["models"]
     return [m["state"] for m in models if m["engine"] == engine]
+
+
+def wav_recording(samples: int = 1600, rate: int = 16000) -> bytes:
+    recording = io.BytesIO()
+    write_wav(recording, np.zeros(samples, dtype=np.float32), rate)
+    return recording.getvalue()
+
+
+def chunks_computed(log: Path) -> int:
+    """How many chunks the witness engine has yielded, from its log."""
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum(line.startswith("chunk ") for line in lines)
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
@@ -189,12 +203,73 @@ def test_a_refused_synthesis_is_a_typed_json_error_with_its_status(
     assert "traceback" not in error["detail"]
 
 
-def test_a_body_that_is_not_json_is_refused(server: RunningServer) -> None:
-    """A page elsewhere can post a form or text/plain without asking first: never acted on."""
-    answer = server.client.post(
-        "/api/v1/runtime/unload", content=b'{"model": null}', headers={"content-type": "text/plain"}
-    )
-    assert answer.status_code == 400 and answer.json()["code"] == "invalid_request"
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "text/plain;charset=UTF-8",
+        None,  # fetch(url, {method: "POST", mode: "no-cors", body: blob}) sends no type
+    ],
+    ids=["form", "multipart", "text", "untyped"],
+)
+def test_what_a_page_elsewhere_can_send_is_never_acted_on(
+    server: RunningServer, tmp_path: Path, content_type: str | None
+) -> None:
+    """A form or a no-cors fetch on any web page reaches a loopback server without asking it
+    first, but only with these types: every route that changes something refuses them (415)."""
+    log = tmp_path / "witness.log"
+    synthesis = {"engine": "witness", "text": "x", "params": {"log": str(log)}}
+    headers = {} if content_type is None else {"content-type": content_type}
+    requests: list[tuple[str, dict[str, str], bytes]] = [
+        ("/api/v1/voices", {"engine": "faulty", "name": "cross-site"}, wav_recording()),
+        ("/api/v1/synthesize", {}, json.dumps(synthesis).encode()),
+        ("/api/v1/runtime/load", {}, b'{"engine": "witness"}'),
+        ("/api/v1/runtime/unload", {}, b'{"model": null}'),
+    ]
+    for path, params, body in requests:
+        answer = server.client.post(path, params=params, content=body, headers=headers)
+        assert answer.status_code == 415, f"{path}: {answer.text}"
+        assert answer.json()["code"] == "unsupported_media_type"
+        assert answer.json()["detail"]["field"] == "content-type"
+    assert not log.exists(), "the synthesis ran"
+    assert not (server.home / "voices" / "faulty" / "cross-site").exists(), "the voice was made"
+
+
+def test_a_request_from_another_origin_is_refused(server: RunningServer, tmp_path: Path) -> None:
+    """A browser names the page that sends a request in ``Origin``: only the server's own may
+    make it act; programs, which send no Origin, are not concerned."""
+    log = tmp_path / "witness.log"
+    body = {"engine": "witness", "text": "x", "params": {"log": str(log)}}
+    for origin in ("http://attacker.example", "null", "http://127.0.0.1:1"):
+        answer = server.client.post("/api/v1/synthesize", json=body, headers={"origin": origin})
+        assert answer.status_code == 403, f"{origin}: {answer.text}"
+        assert answer.json()["code"] == "forbidden"
+        assert answer.json()["detail"] == {"field": "origin", "origin": origin}
+    assert not log.exists(), "the synthesis ran"
+    own = server.client.post("/api/v1/synthesize", json=body, headers={"origin": server.url})
+    assert own.status_code == 200, own.text
+    assert chunks_computed(log) == 4
+
+
+def test_a_client_that_reads_nothing_holds_the_engine_back(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """The engine computes a chunk only when fewer than AHEAD wait for the client: one that
+    reads nothing costs the socket's buffers and AHEAD chunks, never the whole synthesis."""
+    log = tmp_path / "witness.log"
+    chunks = 400  # of 128 KiB each over HTTP: 50 MiB, far more than the sockets' buffers hold
+    params = {"log": str(log), "chunks": chunks, "chunk_samples": 65536}
+    body = {"engine": "witness", "text": "x", "params": params}
+    with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:
+        assert answer.status_code == 200
+        outcome = f"/api/v1/requests/{answer.headers['x-mizuoto-request']}"
+        assert wait_for(lambda: server.client.get(outcome).json()["waiting_for_client"], 60)
+        computed = chunks_computed(log)  # before the count of chunks taken, which only grows
+        taken = server.client.get(outcome).json()["chunks"]
+        assert computed <= taken + AHEAD, (computed, taken)
+        assert computed < chunks
+    assert wait_for(lambda: "finally" in log.read_text(), 30), "leaving did not stop the engine"
 
 
 def test_a_failure_after_the_first_chunk_cuts_the_stream_and_the_server_goes_on(
@@ -280,7 +355,8 @@ def test_a_voice_prepared_over_http_is_used_by_a_synthesis(server: RunningServer
     )
     assert answer.status_code == 200, answer.text
     voice = answer.json()["voice"]
-    assert voice == str(server.home / "voices" / "codeclm" / "tone-220")
+    assert voice == "codeclm/tone-220"  # inside the voices folder; its path is never shown
+    assert (server.home / "voices" / "codeclm" / "tone-220").is_dir()
     with_voice = {"engine": "codeclm", "text": "hi", "seed": 3, "params": {"voice": voice}}
     without = {"engine": "codeclm", "text": "hi", "seed": 3}
     spoken = server.client.post("/api/v1/synthesize", json=with_voice)
@@ -294,6 +370,11 @@ def test_a_voice_prepared_over_http_is_used_by_a_synthesis(server: RunningServer
         headers={"content-type": "audio/wav"},
     )
     assert again.status_code == 400 and again.json()["detail"]["field"] == "voice_dir"
+    assert "<data folder>/voices/codeclm/tone-220" in again.json()["message"]
+    answers = [answer, again, spoken, plain]
+    answers += [server.client.get(path) for path in ("/api/v1/runtime", "/api/v1/runtime/doctor")]
+    for each in answers:
+        assert str(server.home) not in each.text, each.request.url
 
 
 @pytest.mark.parametrize(
@@ -338,7 +419,7 @@ def test_a_failure_no_handler_expected_still_answers_in_the_error_shape(tmp_path
 
     with RuntimeService() as service:
         service.describe_engines = lambda: 1 / 0  # type: ignore[method-assign]  # a bug, on purpose
-        app = create_app(service, voices=tmp_path / "voices")
+        app = create_app(service, home=tmp_path)
         with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
             answer = client.get("/api/v1/engines")
     assert answer.status_code == 500
@@ -358,7 +439,7 @@ def test_a_recording_past_the_limit_is_refused_before_it_is_read_whole(
     data = b"RIFF" + bytes(4000)
     content = data if declared else iter([data[:1500], data[1500:]])
     with RuntimeService() as service:
-        app = server_app.create_app(service, voices=tmp_path / "voices")
+        app = server_app.create_app(service, home=tmp_path)
         with TestClient(app, base_url="http://127.0.0.1") as client:
             answer = client.post(
                 "/api/v1/voices",

@@ -1,11 +1,15 @@
-"""A server's life: it replaces a stale server.json, checks its token, refuses a twin, and removes
-its file on a clean stop (its own ``mizuoto serve`` subprocess, beside the session's)."""
+"""A server's life: it replaces a stale server.json, checks its token, refuses a twin, and on a
+clean stop ends the work in flight and removes its file (its own ``mizuoto serve`` subprocess,
+beside the session's)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,9 +24,23 @@ from mizuoto_sdk.server.record import ServerRecord, write_record
 TOKEN = "s3cret-token_for.tests"
 
 
-def test_a_token_server_replaces_a_stale_file_refuses_a_twin_and_cleans_up(
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the children")
+def test_a_token_server_replaces_a_stale_file_refuses_a_twin_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
+    """Stopped by SIGTERM with three streams in flight, each of whose engines started a child
+    and takes a second to clean up, the server cancels them at once and ends each stream only
+    once its engine's ``finally`` has run; every child dies, the file goes, and the server ends
+    by the signal."""
     home = tmp_path / "home"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -59,9 +77,35 @@ def test_a_token_server_replaces_a_stale_file_refuses_a_twin_and_cleans_up(
         )
         assert twin.returncode == 2 and f"a server already runs at {url}" in twin.stderr
         assert json.loads((home / "server.json").read_text())["pid"] == process.pid
+        logs = [tmp_path / f"stream-{index}.log" for index in range(3)]
+        held: list[Iterator[bytes]] = []
+        with contextlib.ExitStack() as streams:
+            client = streams.enter_context(
+                httpx.Client(base_url=url, timeout=60, headers={"authorization": f"Bearer {TOKEN}"})
+            )
+            for log in logs:
+                params = {"log": str(log), "child": True, "hold_at": 1, "unwind": 1.0}
+                body = {"engine": "witness", "text": "x", "params": params}
+                answer = streams.enter_context(
+                    client.stream("POST", "/api/v1/synthesize", json=body)
+                )
+                assert answer.status_code == 200
+                held.append(answer.iter_raw())  # held: dropped, it closes the connection
+                next(held[-1])  # the first chunk: the stream is in flight
+            children = [int(log.read_text().split()[1]) for log in logs]  # "child PID" comes first
+            assert all(map(is_running, children))
+            process.send_signal(signal.SIGTERM)
+            for received, log in zip(held, logs, strict=True):
+                with contextlib.suppress(httpx.HTTPError):  # cut: the body ends incomplete
+                    for _ in received:
+                        pass
+                # the engine unwound before its stream was ended, not after
+                assert log.read_text().splitlines()[-1] == "finally", log.read_text()
+        assert stop_server(process) == -signal.SIGTERM
     finally:
         stop_server(process)
     assert not (home / "server.json").exists()
+    assert not any(map(is_running, children)), "a child outlived the server"
 
 
 def test_a_server_beyond_loopback_always_has_a_token() -> None:

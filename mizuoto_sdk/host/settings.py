@@ -138,6 +138,8 @@ OTHER_KEYS: Mapping[str, Callable[[str, object], object]] = {
     # remote engines: how long the agent may be silent; how often an agent sends a heartbeat
     "remote.heartbeat_timeout": _seconds,
     "remote.heartbeat_interval": _seconds,
+    # how long a remote session may take to connect and load its model (remote/client.py)
+    "remote.load_timeout": _seconds,
     # how long a stopping process waits for its calls in flight to unwind (host/stopping.py)
     "host.stop_timeout": _seconds,
 }
@@ -164,6 +166,7 @@ DEFAULTS: Mapping[str, object] = {
     "models.cache": None,  # None: $MIZUOTO_HOME/models, else the user data folder
     "remote.heartbeat_timeout": 60.0,
     "remote.heartbeat_interval": 5.0,
+    "remote.load_timeout": 600.0,
     "host.stop_timeout": 10.0,
 }
 

@@ -128,12 +128,14 @@ def run_server(
 
 def _end_work(feeds: Feeds, service: RuntimeService) -> None:
     """Cancel every synthesis and every other call in flight and wait up to the setting
-    ``host.stop_timeout`` for them to unwind; the streams first (each closes its engine stream
-    on its own thread), then the service's calls within what is left of the time."""
+    ``host.stop_timeout`` for them to unwind. The streams are cancelled first, so that each
+    closes its engine stream on its own thread, then the service stops every call (the streams'
+    among them) and waits for them."""
     grace = float(service.settings.get("host.stop_timeout"))
     deadline = time.monotonic() + grace
-    streams = feeds.stop(deadline)
-    left = service.close(max(0.0, deadline - time.monotonic()))
+    feeds.stop()
+    left = service.close(grace)
+    streams = feeds.wait(deadline)
     if streams or left:
         log.warning(
             "%d stream(s) and the calls of %s had not ended %.1f s after the stop: left to the "

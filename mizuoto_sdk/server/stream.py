@@ -172,14 +172,20 @@ class Feeds:
             feed = self._feeds.get(key)
         return feed if feed is not None and feed.running else None
 
-    def stop(self, deadline: float) -> int:
-        """Cancel every feed and wait until ``deadline`` (``time.monotonic()``) at most for their
-        streams to end; returns how many had not ended by then."""
+    def stop(self) -> None:
+        """Start no new feed, and cancel every running one: each closes its engine stream on its
+        own thread, at once if it waits for its client, else at the engine's next cancel check."""
         with self._lock:
             self.stopping = True
             feeds = list(self._feeds.values())
         for feed in feeds:
             feed.cancel()
+
+    def wait(self, deadline: float) -> int:
+        """Wait until ``deadline`` (``time.monotonic()``) at most for every feed to end; how many
+        had not ended by then."""
+        with self._lock:
+            feeds = list(self._feeds.values())
         return sum(not feed.join(deadline - time.monotonic()) for feed in feeds)
 
 

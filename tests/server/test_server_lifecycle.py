@@ -1,6 +1,7 @@
-"""A server's life: it replaces a stale server.json, checks its token, refuses a twin, and on a
-clean stop ends the work in flight and removes its file (its own ``mizuoto serve`` subprocess,
-beside the session's)."""
+"""A server's life: killed, its engines' children die with it and its server.json stays behind;
+the next one replaces that file, checks its token, refuses a twin, and on a clean stop ends the
+work in flight and removes its file (their own ``mizuoto serve`` subprocesses, beside the
+session's)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -19,9 +21,16 @@ from server_support import server_env, start_server, stop_server
 from mizuoto_sdk.cli import main
 from mizuoto_sdk.cli.common import Usage
 from mizuoto_sdk.cli.serve import server_token
-from mizuoto_sdk.server.record import ServerRecord, write_record
 
 TOKEN = "s3cret-token_for.tests"
+
+
+def until(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
+    """Poll another process's state until ``condition`` holds, at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
 
 
 def is_running(pid: int) -> bool:
@@ -34,23 +43,35 @@ def is_running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the children")
-def test_a_token_server_replaces_a_stale_file_refuses_a_twin_and_stops_cleanly(
+def test_a_killed_servers_file_is_replaced_by_a_token_server_that_stops_cleanly(
     tmp_path: Path,
 ) -> None:
-    """Stopped by SIGTERM with three streams in flight, each of whose engines started a child
-    and takes a second to clean up, the server cancels them at once and ends each stream only
-    once its engine's ``finally`` has run; every child dies, the file goes, and the server ends
-    by the signal."""
+    """A server killed (SIGKILL) mid-stream leaves its file, but not its engine's child. The
+    next server replaces the file, checks its token and refuses a twin. Stopped by SIGTERM with
+    three streams in flight, each of whose engines started a child and takes a second to clean
+    up, it cancels them at once and ends each stream only once its engine's ``finally`` has
+    run; every child dies, the file goes, and the server ends by the signal."""
     home = tmp_path / "home"
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = ServerRecord("http://127.0.0.1:9", "127.0.0.1", 9, dead.pid, "0", None, 0.0)
-    write_record(stale, home / "server.json")
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
     settings = tmp_path / "settings.toml"
     settings.write_text("")
     env = server_env(home, settings)
+    killed, stale, _ = start_server(home, env)
+    log = tmp_path / "killed.log"
+    params = {"log": str(log), "child": True, "hold_at": 1}
+    body = {"engine": "witness", "text": "x", "params": params}
+    with (
+        httpx.Client(base_url=str(stale["url"]), timeout=60) as client,
+        client.stream("POST", "/api/v1/synthesize", json=body) as answer,
+    ):
+        received = answer.iter_raw()  # held: dropped, it closes the connection
+        next(received)
+        child = int(log.read_text().split()[1])
+        killed.kill()
+        killed.wait()
+    assert until(lambda: not is_running(child)), "the child outlived its killed server"
+    assert json.loads((home / "server.json").read_text())["pid"] == killed.pid  # left behind
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
     process, record, _ = start_server(home, env, "--token-file", str(token_file))
     try:
         assert record["pid"] == process.pid and record["token"] == TOKEN

@@ -2,10 +2,10 @@
 
 Every handler that touches the service runs in a worker thread (plain ``def`` handlers, or
 ``run_in_threadpool``), never on the event loop; a synthesis runs on a thread of its own
-(``stream.ChunkFeed``). Errors are ``{"code", "message", "detail"}`` with the registry's codes
-mapped to HTTP statuses (``STATUS``); ``access.py`` checks the Host header, the token and where a
-request that changes something comes from first, ``limits.py`` the size of a JSON body. No answer
-names the data folder: its path reads ``<data folder>`` wherever an error or a result holds it.
+(``stream.ChunkFeed``). Errors are ``{"code", "message", "detail"}`` (``answers.py``) with the
+registry's codes mapped to HTTP statuses (``STATUS``); ``access.py`` checks the Host header, the
+token and where a request that changes something comes from first, ``limits.py`` the size of a
+JSON body.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from mizuoto_sdk.audio import parse_wav
 from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 from mizuoto_sdk.server.access import Access
+from mizuoto_sdk.server.answers import answer_class, jsonable, public_error
 from mizuoto_sdk.server.limits import REQUEST_TIMEOUT, BodyLimit
 from mizuoto_sdk.server.outcomes import Outcomes
 from mizuoto_sdk.server.stream import Feeds, WavStream, first_chunk
@@ -66,8 +67,6 @@ _WAV_BODY: dict[str, Any] = {
     }
 }
 WAV_TYPES = frozenset({"audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave"})
-HIDDEN = "<data folder>"
-"""What an answer says in place of the data folder's path."""
 _HTTP_CODES = {
     401: "unauthorized",
     404: "not_found",
@@ -103,16 +102,6 @@ class LoadBody(_Body):
     device: str | None = None
 
 
-def public_error(error: BaseException) -> dict[str, Any]:
-    """An error as the API shows it: its code, message and detail, never the engine's traceback
-    (that stays in the server's log)."""
-    if not isinstance(error, EngineError):
-        return {"code": "engine_error", "message": str(error), "detail": {}}
-    detail = {k: v for k, v in error.detail.items() if k != "traceback"}
-    shown: dict[str, Any] = _json({"code": error.code, "message": error.message, "detail": detail})
-    return shown
-
-
 def create_app(
     service: RuntimeService,
     *,
@@ -133,7 +122,7 @@ def create_app(
     voices = home / "voices"
     roots = [os.fspath(root) for root in service.settings.get("voices.roots") or ()]
     service.settings.set("voices.roots", [*roots, os.fspath(voices)])
-    answer = _answer_class(home)
+    answer = answer_class(home)
     app = FastAPI(
         title="Mizuoto server",
         version=version,
@@ -149,30 +138,6 @@ def create_app(
     _routes(app, service, version, voices, app.state.feeds)
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
-
-
-def _answer_class(home: Path) -> type[JSONResponse]:
-    """JSON answers in which the data folder's path reads ``HIDDEN``: a client may learn where a
-    voice is inside the data folder, not where the data folder is on the server's disk."""
-    paths = {os.fspath(home), os.fspath(home.resolve())}
-    hidden = sorted(paths, key=len, reverse=True)  # the longer first: one may contain the other
-
-    def hide(value: Any) -> Any:
-        if isinstance(value, str):
-            for path in hidden:
-                value = value.replace(path, HIDDEN)
-            return value
-        if isinstance(value, dict):
-            return {hide(key): hide(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [hide(item) for item in value]
-        return value
-
-    class Answer(JSONResponse):
-        def render(self, content: Any) -> bytes:
-            return super().render(hide(content))
-
-    return Answer
 
 
 def _errors(app: FastAPI, answer: type[JSONResponse]) -> None:
@@ -243,7 +208,7 @@ def _routes(
 
     @app.get(f"{API}/runtime")
     def runtime() -> dict[str, Any]:
-        return {"pid": os.getpid(), "models": _json(service.describe_models())}
+        return {"pid": os.getpid(), "models": jsonable(service.describe_models())}
 
     @app.post(f"{API}/runtime/unload")
     def unload(body: UnloadBody) -> dict[str, Any]:
@@ -340,7 +305,7 @@ def _routes(
             params = {} if seed is None else {"seed": seed}
             result = served.prepare_voice(recording, folder, EngineRequest(params=params))
             voice = f"{engine}/{name}"  # found in the voices folder, one of voices.roots
-            return {"name": name, "voice": voice, "result": _json(result or {})}
+            return {"name": name, "voice": voice, "result": jsonable(result or {})}
 
         answer: dict[str, Any] = await run_in_threadpool(prepare)
         return answer
@@ -403,10 +368,3 @@ def _unloadable(service: RuntimeService) -> set[str]:
         | {m["owner"] for m in models}
         | {record.id for record in service.discovery.records()}
     )
-
-
-def _json(value: Any) -> Any:
-    """``value`` with what JSON cannot hold (paths, numpy numbers) as text."""
-    import json
-
-    return json.loads(json.dumps(value, default=str))

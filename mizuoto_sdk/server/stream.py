@@ -163,7 +163,7 @@ class Feeds:
                 )
             self._feeds = {k: f for k, f in self._feeds.items() if f.running}
             self._feeds[key] = feed
-        feed.begin()
+            feed.begin()  # here: a stop that lists the feed may join its thread
         return feed
 
     def get(self, key: str) -> ChunkFeed | None:

@@ -9,14 +9,18 @@ A frame is a kind, a JSON header and optional raw bytes, laid out as
         the payload: raw bytes (for a chunk, float32 little-endian samples)
 
 Audio never travels as a pickle: a chunk is its samples' bytes plus a header with its rate and
-metadata, so a frame from a peer can be read without trusting it to run code. Anything that does
-not parse is a ``FrameError``; the caller decides what a malformed frame means (for a worker: the
-replica has failed).
+metadata, so a frame from a peer can be read without trusting it to run code. Parsing is bounded:
+a frame is at most ``MAX_FRAME`` bytes and its header nests at most ``MAX_DEPTH`` arrays and
+objects deep (JSON's own parser would recurse as deep as a peer likes, and end in a
+RecursionError). Anything that does not parse is a ``FrameError``; the caller decides what a
+malformed frame means (for a worker: the replica has failed; for an agent: the host is refused).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import struct
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -26,6 +30,7 @@ from mizuoto_sdk.types import PCM_SCALES, AudioChunk, sample_kind
 
 __all__ = [
     "KINDS",
+    "MAX_DEPTH",
     "MAX_FRAME",
     "Frame",
     "FrameError",
@@ -72,6 +77,9 @@ KINDS: Mapping[str, int] = {
 _NAMES = {number: name for name, number in KINDS.items()}
 MAX_FRAME = 1 << 30
 """The largest frame read (1 GiB): a length beyond it is a malformed frame, not an allocation."""
+MAX_DEPTH = 256
+"""The deepest a header nests arrays and objects: deeper is a malformed frame (when decoding) or a
+``ValueError`` (when encoding), never a RecursionError."""
 
 _PREFIX = struct.Struct(">IBI")
 
@@ -88,11 +96,17 @@ class Frame(NamedTuple):
 
 
 def encode(kind: str, header: Mapping[str, object], payload: bytes = b"") -> bytes:
-    """One frame as bytes. The header must be JSON-serializable (``TypeError`` otherwise)."""
+    """One frame as bytes. The header must be JSON-serializable (``TypeError`` otherwise) and
+    nest at most ``MAX_DEPTH`` deep (``ValueError`` otherwise)."""
     number = KINDS.get(kind)
     if number is None:
         raise ValueError(f"unknown frame kind {kind!r}; known: {', '.join(KINDS)}")
-    body = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        body = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
+    except RecursionError:
+        raise ValueError(f"a {kind} frame's header nests deeper than {MAX_DEPTH}") from None
+    if _too_deep(body):
+        raise ValueError(f"a {kind} frame's header nests deeper than {MAX_DEPTH}")
     size = 5 + len(body) + len(payload)
     return b"".join((_PREFIX.pack(size, number, len(body)), body, payload))
 
@@ -112,8 +126,11 @@ def decode(data: bytes) -> Frame:
     if header_size > size - 5:
         raise FrameError(f"a header of {header_size} bytes does not fit a frame of {size}")
     start = _PREFIX.size
+    text = data[start : start + header_size]
+    if _too_deep(text):
+        raise FrameError(f"the {kind} frame's header nests deeper than {MAX_DEPTH}")
     try:
-        header = json.loads(data[start : start + header_size])
+        header = json.loads(text)
     except (UnicodeDecodeError, ValueError) as error:
         raise FrameError(f"the {kind} frame's header is not JSON: {error}") from None
     if not isinstance(header, dict):
@@ -184,11 +201,26 @@ def _float32(samples: Any) -> Any:
 
 
 def error_frame(error: EngineError, **header: object) -> bytes:
-    """An ``error`` frame: the error's code, message and detail (made JSON-safe)."""
-    detail = json.loads(json.dumps(error.detail, default=str))
+    """An ``error`` frame: the error's code, message and detail (made JSON-safe: a value JSON
+    cannot hold, a NaN or an infinity among them, travels as its ``str``)."""
+    try:
+        detail = json.loads(json.dumps(error.detail, default=str, allow_nan=False))
+    except ValueError:
+        detail = json.loads(json.dumps(_finite(error.detail), default=str))
     return encode(
         "error", {**header, "code": error.code, "message": error.message, "detail": detail}
     )
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each float that is not finite replaced by its ``str``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def error_from_frame(frame: Frame) -> EngineError:
@@ -199,6 +231,27 @@ def error_from_frame(frame: Frame) -> EngineError:
             f"an error frame needs a known code, a message and a detail: {frame.header!r}"
         )
     return error_from_code(str(code), message, detail)
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _too_deep(text: bytes) -> bool:
+    """Whether the JSON in ``text`` nests more than ``MAX_DEPTH`` arrays and objects deep. Most
+    headers hold too few brackets to be, and cost two counts; the others are scanned once, their
+    strings (which may hold brackets) left out."""
+    if text.count(b"[") + text.count(b"{") <= MAX_DEPTH:
+        return False
+    depth = 0
+    for byte in _STRING.sub(b"", text).translate(None, _NOT_BRACKETS):
+        if byte in b"[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def _natural(value: object) -> bool:

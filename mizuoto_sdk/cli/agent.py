@@ -4,16 +4,26 @@ The agent is a whole host: its own settings, data folder, models and runtime. A 
 engine device is ``<name>/<device>`` connects to it (``remote.hosts.<name>.*``), and every call
 runs here, in this process, exactly as on a local host. It listens on 127.0.0.1 unless told
 otherwise, and refuses any connection whose first frame lacks the token in ``--token-file``.
+
+On a stop (SIGTERM, SIGHUP, Ctrl-C) it stops accepting, answers each request in flight with
+``engine_unavailable``, cancels it and waits up to ``host.stop_timeout`` seconds (10 s) in all for
+the engines to unwind before the process ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mizuoto_sdk.cli.common import Usage
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
+
+if TYPE_CHECKING:
+    from mizuoto_sdk.host import RuntimeService
+    from mizuoto_sdk.host.agent import Agent
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,6 +69,21 @@ def read_token(path: Path) -> bytes:
     return token
 
 
+def _stop(server: Agent, service: RuntimeService) -> None:
+    """Stop within ``host.stop_timeout`` in all: the sessions' requests first (answered,
+    cancelled, unwound), then whatever else runs; the children of engines that outlasted it are
+    killed, as the process is about to end."""
+    from mizuoto_runtime.process import kill_children
+
+    grace = float(service.settings.get("host.stop_timeout"))
+    deadline = time.monotonic() + grace
+    server.shutdown(grace)
+    service.close(max(0.0, deadline - time.monotonic()))
+    kill_children()
+    if server.listening:
+        print("mizuoto agent stopped", file=sys.stderr)
+
+
 def agent(args: argparse.Namespace) -> int:
     import ssl
 
@@ -76,8 +101,9 @@ def agent(args: argparse.Namespace) -> int:
             context.load_cert_chain(args.tls_cert, args.tls_key)
         except (OSError, ssl.SSLError) as error:
             raise Usage(f"--tls-cert/--tls-key: cannot be loaded: {error}") from None
-    with RuntimeService(settings=host_settings(args.set)) as service:
-        server = Agent(service, token, ssl_context=context)
+    service = RuntimeService(settings=host_settings(args.set))
+    server = Agent(service, token, ssl_context=context)
+    try:
         try:
             server.serve(host, port)
         except OSError as error:
@@ -85,9 +111,7 @@ def agent(args: argparse.Namespace) -> int:
         bound_host, bound_port = server.bound_address
         scheme = "tls" if context is not None else "tcp"
         print(f"mizuoto agent listening on {scheme}://{bound_host}:{bound_port}", flush=True)
-        try:
-            server.serve_forever()
-        finally:
-            server.shutdown()
-            print("mizuoto agent stopped", file=sys.stderr)
+        server.serve_forever()
+    finally:
+        _stop(server, service)
     return 0

@@ -8,6 +8,12 @@ whose folder the agent adds to the service's ``voices.roots`` so that requests m
 cached voices; ``prepare_voice`` writes into a fresh temporary folder whose files go back as
 ``file`` frames before the result. A session that ends cancels its requests and unloads its
 model unless another session holds it. The agent sends ``heartbeat`` frames on every session.
+
+Requests and loads run on one set of threads for all sessions (``RequestThreads``), so a session
+that ends leaves nothing behind: the threads wait for the next session's requests. A stop
+(``shutdown``) answers every request in flight with ``engine_unavailable``, cancels it, and waits
+a bounded time (``host.stop_timeout``, 10 s) for the engines to unwind (their ``finally`` blocks
+run, the children they started with ``ctx.open_process`` are killed) before it closes the sessions.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.models import ModelStore, data_home, model_cache
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.session import HELLO_LIMIT, Session, sdk_version
+from mizuoto_sdk.host.threads import RequestThreads
 from mizuoto_sdk.remote.cache import FileCache
 from mizuoto_sdk.remote.wire import MAX_REMOTE_FRAME, PROTOCOL
 
@@ -63,6 +70,7 @@ class Agent:
         self.hello_timeout = hello_timeout
         self.frame_limit = frame_limit
         self.files = FileCache(Path(files) if files else data_home() / "remote" / "files")
+        self.threads = RequestThreads()
         self._devices = devices
         self._listener: socket.socket | None = None
         self._stopped = threading.Event()
@@ -70,6 +78,11 @@ class Agent:
         self._sessions: set[Session] = set()
         self._holders: dict[int, int] = {}  # id(model) -> sessions holding it
         self._collected = 0.0
+
+    @property
+    def listening(self) -> bool:
+        """Whether ``serve`` bound the agent's address."""
+        return self._listener is not None
 
     @property
     def bound_address(self) -> tuple[str, int]:
@@ -125,15 +138,25 @@ class Agent:
                     target=session.run, name="mizuoto-agent-session", daemon=True
                 ).start()
 
-    def shutdown(self) -> None:
-        """Stop accepting and close every session (requests cancelled, models unloaded)."""
+    def shutdown(self, grace: float | None = None) -> bool:
+        """Stop accepting; answer each request in flight with ``engine_unavailable`` and cancel
+        it; wait up to ``grace`` seconds (default: the setting ``host.stop_timeout``, 10 s) for
+        the requests to unwind; then close every session (models unloaded). Returns whether
+        every request ended in time."""
         self._stopped.set()
-        with self._lock:
-            sessions, self._sessions = list(self._sessions), set()
-        for session in sessions:
-            session.close()
         if self._listener is not None:
             self._listener.close()
+        with self._lock:
+            sessions, self._sessions = list(self._sessions), set()
+        if grace is None:
+            grace = float(self.service.settings.get("host.stop_timeout"))
+        deadline = time.monotonic() + grace
+        for session in sessions:
+            session.stop()
+        unwound = all([session.wait_idle(deadline) for session in sessions])
+        for session in sessions:
+            session.close()
+        return unwound
 
     def ready(self) -> dict[str, object]:
         """What ``ready`` tells a host: versions, devices, engines and their installed models."""

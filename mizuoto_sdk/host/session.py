@@ -1,9 +1,11 @@
 """One connection to the agent: the hello, then one engine on one device, its model, files and
 requests (see ``host/agent.py``, which accepts connections and owns what sessions share).
 
-The hello is read with a small limit and a timeout and nothing else is read before it is
-accepted. Requests are answered by ``host/served.py`` exactly as a worker answers its parent; a
-frame over the limit, or one that does not parse, ends the session.
+The hello is read with a small limit and one deadline for all of it (a TLS handshake included),
+and nothing else is read before it is accepted. Requests are answered by ``host/served.py``
+exactly as a worker answers its parent. A frame that does not parse, or whose fields are of the
+wrong type, is answered with an ``invalid_request`` error naming the field, and the session goes
+on; only a frame over the limit (whose body is never read) ends it.
 """
 
 from __future__ import annotations
@@ -17,27 +19,43 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from mizuoto_sdk.errors import EngineError, InvalidRequest
-from mizuoto_sdk.frames import Frame, FrameError, decode, encode, error_frame
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest
+from mizuoto_sdk.frames import (
+    Frame,
+    FrameError,
+    decode,
+    encode,
+    error_frame,
+)
 from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.served import ServedRequest, json_safe
 from mizuoto_sdk.host.service import RuntimeService
 from mizuoto_sdk.host.threads import RequestThreads
 from mizuoto_sdk.remote.cache import FileCache
+from mizuoto_sdk.remote.checks import check_request, is_id, shown
 from mizuoto_sdk.remote.files import FILE_SCHEME, folder_files
-from mizuoto_sdk.remote.wire import FILE_CHUNK, PROTOCOL, ConnectionClosed, FrameSocket
+from mizuoto_sdk.remote.wire import (
+    FILE_CHUNK,
+    PROTOCOL,
+    ConnectionClosed,
+    FrameSocket,
+    OversizedFrame,
+    PeerSpeaksTLS,
+)
 
 __all__ = ["HELLO_LIMIT", "AgentSide", "Session", "sdk_version"]
 
 HELLO_LIMIT = 64 << 10
 """The largest first frame read from a connection that has not shown its token (64 KiB)."""
 _REQUEST_KINDS = ("next", "cancel", "close", "text")
+_NOTHING_WRITTEN_BACK: Mapping[str, object] = {"applied": {}, "warnings": [], "timings": {}}
 
 
 def sdk_version() -> str:
@@ -57,6 +75,9 @@ class AgentSide(Protocol):
     hello_timeout: float
     frame_limit: int
     files: FileCache
+    threads: RequestThreads
+    """The threads requests and loads run on, shared by every session: a session that ends
+    leaves its threads to the next one."""
 
     def ready(self) -> dict[str, object]: ...
 
@@ -76,8 +97,9 @@ class Session:
         self._send_lock = threading.Lock()
         self._close_lock = threading.Lock()
         self._closed = threading.Event()
+        self._idle = threading.Condition()  # guards _running and _stopping
         self._running: dict[int, ServedRequest] = {}
-        self._threads = RequestThreads()
+        self._stopping = False
         self._engine: tuple[str, str] | None = None
         self._model: LocalModel | None = None
         self._failed_puts: dict[tuple[str, str], EngineError] = {}
@@ -91,13 +113,51 @@ class Session:
                 ).start()
                 reader = FrameSocket(self._socket, self.agent.frame_limit)
                 while not self._closed.is_set():
-                    self._dispatch(reader.receive())
-        except FrameError as error:
+                    self._next(reader)
+        except PeerSpeaksTLS:
+            pass  # a TLS host at a plain agent: it cannot read a refusal; its handshake fails
+        except FrameError as error:  # over the limit: its body is unread, nothing more can be
             self._refuse("invalid_request", f"a malformed frame: {error}", {"reason": "frame"})
         except (ConnectionClosed, OSError, ValueError):
             pass  # the host left (or shutdown closed the socket)
         finally:
             self.close()
+
+    def _next(self, reader: FrameSocket) -> None:
+        """Read and answer one frame; one that does not parse is answered and the session goes
+        on (its length was right, so the next frame begins where it ends)."""
+        try:
+            frame = reader.receive()
+        except OversizedFrame:
+            raise
+        except FrameError as error:
+            malformed = InvalidRequest(f"a malformed frame: {error}", {"field": "frame"})
+            self._send_bytes(error_frame(malformed))
+            return
+        try:
+            self._dispatch(frame)
+        except Exception as error:  # a frame's handling must never end the others' requests
+            self._send_bytes(error_frame(self._failure(error)))
+
+    def stop(self) -> None:
+        """The agent stops: each request in flight is answered with ``engine_unavailable`` and
+        cancelled, so that its engine unwinds (``wait_idle``); requests sent now are refused."""
+        with self._idle:
+            self._stopping = True
+            running = list(self._running.values())
+        for served in running:
+            stopped = EngineUnavailable(
+                "the agent is stopping: the request was cancelled", {"reason": "agent_stopped"}
+            )
+            self._send_bytes(error_frame(stopped, id=served.id, **_NOTHING_WRITTEN_BACK))
+            served.handle(Frame("close", {"id": served.id}))
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Whether every request of the session ended by ``deadline`` (``time.monotonic()``)."""
+        with self._idle:
+            return self._idle.wait_for(
+                lambda: not self._running, max(0.0, deadline - time.monotonic())
+            )
 
     def close(self) -> None:
         """End the session: cancel its requests, release its model, drop half-sent files."""
@@ -105,24 +165,33 @@ class Session:
             if self._closed.is_set():
                 return
             self._closed.set()
+            model, self._model = self._model, None
         with contextlib.suppress(OSError):
             self._socket.shutdown(socket.SHUT_RDWR)
         self._socket.close()
-        for served in list(self._running.values()):
+        with self._idle:
+            running = list(self._running.values())
+        for served in running:
             served.handle(Frame("close", {"id": served.id}))
-        if self._model is not None:
-            self.agent.release(self._model)
+        if model is not None:
+            self.agent.release(model)
         self.agent.files.discard(self._owner)
         self.agent.forget(self)
 
     def _greet(self) -> bool:
-        """Read the hello (TLS handshake first): True once it is accepted and answered."""
+        """Read the hello (TLS handshake first): True once it is accepted and answered. All of
+        it must arrive within ``hello_timeout`` seconds, however slowly its bytes come."""
         agent = self.agent
+        deadline = time.monotonic() + agent.hello_timeout
         self._socket.settimeout(agent.hello_timeout)
-        if agent.ssl_context is not None:
-            self._socket = agent.ssl_context.wrap_socket(self._socket, server_side=True)
         try:
-            hello = FrameSocket(self._socket, HELLO_LIMIT).receive()
+            if agent.ssl_context is not None:
+                if not self._starts_tls(deadline):
+                    return False
+                self._socket.settimeout(max(deadline - time.monotonic(), 0.001))
+                # the handshake as a whole is bounded by the socket's timeout
+                self._socket = agent.ssl_context.wrap_socket(self._socket, server_side=True)
+            hello = FrameSocket(self._socket, HELLO_LIMIT).receive(deadline)
         except TimeoutError:
             self._refuse("engine_unavailable", "no hello in time", {"reason": "timeout"})
             return False
@@ -148,16 +217,45 @@ class Session:
         self._send("ready", agent.ready())
         return True
 
+    def _starts_tls(self, deadline: float) -> bool:
+        """Whether the host begins a TLS handshake, as this agent expects. A host without
+        ``tls`` sends its hello instead, which is read and refused in plain words it can read
+        (naming the setting to change)."""
+        first = self._socket.recv(1, socket.MSG_PEEK)
+        if not first or first == b"\x16":  # a handshake record; or the host left
+            return True
+        with contextlib.suppress(FrameError, ConnectionClosed, OSError):
+            FrameSocket(self._socket, HELLO_LIMIT).receive(deadline)  # closing unread resets
+        self._refuse(
+            "engine_unavailable",
+            "this agent serves TLS, and the host connected without it",
+            {"reason": "tls"},
+        )
+        return False
+
     def _dispatch(self, frame: Frame) -> None:
+        request_id = frame.header.get("id")
+        if "id" in frame.header and not is_id(request_id):
+            raise InvalidRequest(
+                f"a {frame.kind} frame's id: expected an integer, got {shown(request_id)}",
+                {"field": "id", "kind": frame.kind},
+            )
         if frame.kind == "request":
             self._request(frame)
         elif frame.kind in _REQUEST_KINDS:
-            target = self._running.get(frame.header.get("id"))  # type: ignore[arg-type]  # any key
+            text = frame.header.get("text")
+            if frame.kind == "text" and text is not None and not isinstance(text, str):
+                raise InvalidRequest(
+                    f"a text frame's text: expected a string or null, got {shown(text)}",
+                    {"field": "text", "id": request_id},
+                )
+            with self._idle:
+                target = self._running.get(request_id)  # type: ignore[arg-type]  # an int or None
             if target is not None:
                 target.handle(frame)
         else:
             operation = _OPERATIONS.get(frame.kind)
-            echo = {"id": frame.header["id"]} if "id" in frame.header else {}
+            echo = {} if request_id is None else {"id": request_id}
             try:
                 if operation is None:
                     raise InvalidRequest(
@@ -198,15 +296,21 @@ class Session:
                 {"field": "load"},
             )
         engine = self.agent.service.engine(*self._engine)
-        # on the thread that will run the requests: one torch thread pool for both
-        model = self._threads.call(
+        # on the threads that run the requests: one torch thread pool for both
+        model = self.agent.threads.call(
             lambda: engine.load(strings[0], dtype=strings[1], variant=strings[2], options=options)
         )
-        if model is not self._model:
-            self.agent.hold(model)
-            if self._model is not None:
-                self.agent.release(self._model)
-            self._model = model
+        with self._close_lock:  # the session may have closed while the model loaded
+            closed = self._closed.is_set()
+            previous = self._model
+            if model is not previous:
+                self.agent.hold(model)
+            self._model = None if closed else model
+        if previous is not None and previous is not model:
+            self.agent.release(previous)
+        if closed:  # held by no session: unloaded, unless another session holds it
+            self.agent.release(model)
+            return {}
         fields = {"name": model.name, "dtype": model.spec.dtype, "device": model.spec.device}
         return {**fields, "description": json_safe(model.description)}
 
@@ -253,12 +357,25 @@ class Session:
     def _request(self, frame: Frame) -> None:
         header = dict(frame.header)
         request_id = header.get("id")
-        if not isinstance(request_id, int) or isinstance(request_id, bool):
-            raise FrameError(f"a request frame needs an integer id, got {request_id!r}")
+        if request_id is None:
+            raise InvalidRequest("a request frame needs an integer id", {"field": "id"})
+        assert isinstance(request_id, int)  # _dispatch checked it
         voice: Path | None = None
         try:
+            with self._idle:
+                if self._stopping:
+                    raise EngineUnavailable(
+                        "the agent is stopping: it takes no more requests",
+                        {"reason": "agent_stopped"},
+                    )
+                if request_id in self._running:
+                    raise InvalidRequest(
+                        f"a request with id {request_id} is in flight already",
+                        {"field": "id"},
+                    )
             if self._model is None or self._engine is None:
                 raise InvalidRequest("no model loaded: send open and load first", {"field": "load"})
+            check_request(header, frame.payload)
             header["params"] = self._resolved(header.get("params"))
             if header.get("capability") == "prepare_voice":
                 voice = Path(tempfile.mkdtemp(prefix="mizuoto-agent-voice-"))
@@ -271,20 +388,24 @@ class Session:
         except Exception as error:
             if voice is not None:
                 shutil.rmtree(voice, ignore_errors=True)
-            empty: dict[str, object] = {"applied": {}, "warnings": [], "timings": {}}
-            self._send_bytes(error_frame(self._failure(error), id=request_id, **empty))
+            self._send_bytes(
+                error_frame(self._failure(error), id=request_id, **_NOTHING_WRITTEN_BACK)
+            )
             return
-        self._running[request_id] = served
-        self._threads.run(served.run, then=partial(self._answered, served, voice))
+        with self._idle:
+            self._running[request_id] = served
+        self.agent.threads.run(served.run, then=partial(self._answered, served, voice))
 
     def _answered(self, served: ServedRequest, voice: Path | None) -> None:
         """The request's last frame, once its thread is free for the next request."""
         try:
-            self._running.pop(served.id, None)
             served.finish()
         finally:
             if voice is not None:
                 shutil.rmtree(voice, ignore_errors=True)
+            with self._idle:
+                self._running.pop(served.id, None)
+                self._idle.notify_all()
 
     def _sender(self, request_id: int, voice: Path | None) -> Callable[[bytes], None]:
         """The request's send: for prepare_voice, the folder's files go before the result."""

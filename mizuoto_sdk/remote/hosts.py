@@ -39,6 +39,9 @@ class RemoteHost:
     tls_ca: str | None = None
     """The CA file that signed the agent's certificate; None: the system's."""
     heartbeat_timeout: float = 60.0
+    load_timeout: float = 600.0
+    """Seconds a session may take to connect, open the engine and load the model
+    (``remote.load_timeout``)."""
 
     def token(self) -> str:
         """The token in ``token_file``, read now (surrounding whitespace dropped)."""

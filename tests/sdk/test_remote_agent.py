@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import socket
 import struct
 import threading
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from serving_support import SITE, faulty_service
+from serving_support import SITE, faulty_service, wait_until
 
 from mizuoto_sdk.errors import InvalidRequest
 from mizuoto_sdk.frames import KINDS, Frame, FrameError, chunk_from_frame, decode, encode
@@ -329,3 +330,159 @@ def test_decode_damaged_frames_raises_only_frame_errors(
     except FrameError:
         return
     assert isinstance(frame.header, dict)
+
+
+# -- nothing a host sends, and nothing a host leaves, outlives its session ---------------------
+
+
+@pytest.fixture
+def thread_failures(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Exceptions that end a thread of this process, as ``threading.excepthook`` sees them."""
+    failures: list[str] = []
+    monkeypatch.setattr(
+        threading, "excepthook", lambda hook: failures.append(f"{hook.exc_type.__name__}")
+    )
+    return failures
+
+
+def test_a_hello_nested_deep_is_refused_as_malformed(
+    agent: Agent, thread_failures: list[str]
+) -> None:
+    # What a user saw: a RecursionError traceback in the agent's log, and a connection dropped.
+    peer = connect(agent)
+    deep = b'{"token":' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    assert len(deep) < HELLO_LIMIT
+    peer.socket.sendall(struct.pack(">IBI", 5 + len(deep), KINDS["hello"], len(deep)) + deep)
+    refused = receive(peer)
+    assert refused.kind == "refused", refused
+    assert refused.header["code"] == "invalid_request"
+    assert refused.header["detail"]["reason"] == "frame"
+    assert "deeper than" in refused.header["message"]
+    assert_closed(peer)
+    assert thread_failures == []
+
+
+def test_a_hello_trickled_a_byte_at_a_time_is_refused_at_its_deadline(tmp_path: Path) -> None:
+    # What a user saw: the hello timeout counted per read, so a byte every few seconds kept a
+    # connection without a token open for ever. Now the whole hello has hello_timeout seconds.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SITE))
+        service = faulty_service()
+        slow = Agent(service, TOKEN, hello_timeout=1.0, files=tmp_path, devices=["cpu"])
+        slow.serve("127.0.0.1", 0)
+        serving = threading.Thread(target=slow.serve_forever, args=(0.05,), daemon=True)
+        serving.start()
+        try:
+            peer = connect(slow)
+            data = encode("hello", {"protocol": PROTOCOL, "token": TOKEN.decode(), "version": "x"})
+            sent = 0
+            # a byte every 0.25 s, each gap well inside the 1 s timeout; the agent answers first
+            while sent < len(data) and not select.select([peer.socket], [], [], 0.25)[0]:
+                peer.socket.sendall(data[sent : sent + 1])
+                sent += 1
+            assert sent < len(data), "the whole hello went through, a byte at a time"
+            refused = receive(peer)
+            assert refused.kind == "refused" and refused.header["detail"]["reason"] == "timeout"
+            assert_closed(peer)
+        finally:
+            slow.shutdown()
+            serving.join(10)
+            service.close()
+
+
+def test_frames_with_fields_of_the_wrong_type_get_errors_naming_them(
+    agent: Agent, thread_failures: list[str]
+) -> None:
+    # What a user saw: a frame whose id was a list killed the session's thread (TypeError).
+    peer = session(agent)
+    cases = [
+        ("next", {"id": [1]}, "id"),
+        ("cancel", {"id": {"a": 1}}, "id"),
+        ("request", {"id": [1], "capability": "call", "op": "echo"}, "id"),
+        ("request", {"capability": "call", "op": "echo"}, "id"),
+        ("request", {"id": 5, "capability": ["call"]}, "capability"),
+        ("request", {"id": 6, "capability": "call", "op": 3}, "op"),
+        ("request", {"id": 7, "capability": "synthesize", "text": None}, "text"),
+        ("request", {"id": 8, "capability": "convert", "audio": [1]}, "audio"),
+        ("request", {"id": 9, "capability": "call", "op": "echo", "timeout": "soon"}, "timeout"),
+        ("text", {"id": 1, "text": 5}, "text"),
+        ("status", {"id": "x"}, "id"),
+    ]
+    for kind, header, field in cases:
+        peer.send(kind, header)
+        error = receive(peer)
+        assert (error.kind, error.header["code"]) == ("error", "invalid_request"), (kind, error)
+        assert error.header["detail"]["field"] == field, (kind, header, error.header)
+    # a frame that is not JSON inside a right length: answered, and the session goes on
+    body = b"{not json"
+    peer.socket.sendall(struct.pack(">IBI", 5 + len(body), KINDS["status"], len(body)) + body)
+    error = receive(peer)
+    assert error.kind == "error" and error.header["detail"]["field"] == "frame"
+    peer.send("request", {"id": 10, "capability": "call", "op": "echo", "arguments": {"a": 1}})
+    assert receive(peer, skip=("heartbeat", "started")).header["value"] == {"a": 1}
+    peer.close()
+    assert thread_failures == []
+
+
+_FIELDS = ("id", "capability", "op", "text", "audio", "params", "timeout", "arguments", "of")
+_FIELDS += ("files", "sha256", "name", "offset", "size", "final", "engine", "device", "model")
+_VALUE = st.recursive(  # strings from a small alphabet: never a fault's name (exit, hang)
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 2**40)
+    | st.floats()
+    | st.text("ab01-/.", max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("ab", max_size=2), inner),
+    max_leaves=6,
+)
+_HOST_KINDS = ("request", "next", "cancel", "close", "text", "have", "put", "status", "hello")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    kind=st.sampled_from(_HOST_KINDS),
+    header=st.fixed_dictionaries(
+        {"id": _VALUE}, optional={field: _VALUE for field in _FIELDS if field != "id"}
+    ),
+    payload=st.binary(max_size=16),
+)
+def test_any_frame_a_host_sends_leaves_the_session_answering(
+    agent: Agent, kind: str, header: dict[str, object], payload: bytes
+) -> None:
+    peer = session(agent)
+    body = json.dumps(header).encode()  # NaN and Infinity too, as Python's JSON reads them
+    try:
+        frame = struct.pack(">IBI", 5 + len(body) + len(payload), KINDS[kind], len(body))
+        peer.socket.sendall(frame + body + payload)
+        peer.send("status", {"id": 4242})
+        while (frame := receive(peer)).header.get("id") != 4242:
+            pass
+        assert frame.kind == "result", frame
+    finally:
+        peer.close()
+
+
+def test_threads_come_back_to_their_baseline_after_many_sessions(tmp_path: Path) -> None:
+    # What a user saw: one request thread kept per session ended (6 -> 24 -> 44 -> 64 threads).
+    baseline = threading.active_count()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SITE))
+        service = faulty_service()
+        busy = Agent(service, TOKEN, heartbeat_interval=0.2, files=tmp_path, devices=["cpu"])
+        busy.serve("127.0.0.1", 0)
+        serving = threading.Thread(target=busy.serve_forever, args=(0.05,), daemon=True)
+        serving.start()
+        try:
+            for index in range(12):
+                peer = session(busy)
+                call = {"id": 1, "capability": "call", "op": "echo", "arguments": {"n": index}}
+                peer.send("request", call)
+                assert receive(peer, skip=("heartbeat", "started")).header["value"] == {"n": index}
+                peer.close()
+            # the accept loop and the one request thread kept for the next session's requests
+            kept = baseline + 2
+            wait_until(lambda: threading.active_count() <= kept, 30, f"{kept} threads or fewer")
+        finally:
+            busy.shutdown()
+            serving.join(10)
+            service.close()

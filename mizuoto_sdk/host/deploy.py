@@ -82,6 +82,7 @@ def replicated_model(
         "threads": deployment.threads or _threads(deployment),
         "layout": deployment.parallel.layout(),
         "backend": _backend(deployment),
+        "stop_timeout": float(settings.get("host.stop_timeout")),
     }
     replicas = [
         ProcessReplica(
@@ -93,6 +94,8 @@ def replicated_model(
             engine_id=engine_id,
             execution_timeout=deployment.execution_timeout,
             restart=deployment.restart,
+            start_timeout=deployment.start_timeout,
+            stop_timeout=float(settings.get("host.stop_timeout")),
         )
         for index, devices in enumerate(deployment.replicas)
     ]

@@ -74,6 +74,10 @@ class ServedRequest:
         elif frame.kind == "text" and self.request.text_input is not None:
             self.request.text_input.put(frame.header.get("text"))
 
+    def stop(self) -> None:
+        """The worker stops: end the request as a ``close`` from the parent would."""
+        self.handle(Frame("close", {"id": self.id}, b""))
+
     def run(self) -> None:
         """Answer the request; its last frame waits for ``finish``."""
         self._send(encode("started", {"id": self.id}))

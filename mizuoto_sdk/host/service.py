@@ -393,10 +393,16 @@ class RuntimeService:
                 model.close()
             return
         if parts[0] == "engines" and parts[2] != "pinned":
+            # The next load starts a model with the new value; the old one takes no new request
+            # and closes once those in flight (begun on the old value) have finished. It stays
+            # listed, under a key no load asks for, until then, so that close() still stops it.
             with self.registry_lock:
-                closing = [s for s in self._served.values() if s.manifest.id == parts[1]]
-            for model in closing:  # the next load starts workers with the new value
-                model.close()
+                retiring = [s for s in self._served.values() if s.manifest.id == parts[1]]
+                self._served = {
+                    k: s for k, s in self._served.items() if s not in retiring and not s.closed
+                } | {("retired", id(s)): s for s in retiring if not s.closed}
+            for model in retiring:
+                model.retire()
             unloaded = self.unload(parts[1])
             log.info("%s changed: unloaded %s", key, ", ".join(unloaded) or "nothing")
 

@@ -39,6 +39,8 @@ class ReplicatedModel:
     Startup is lazy: the first request starts every replica, unless ``start()`` did. A stream
     stays on the replica that took it. ``close()`` is idempotent: queued submissions are
     cancelled, in-flight requests fail with ``engine_unavailable`` and no worker is left.
+    ``retire()`` closes it gently: requests begun (a stream from its first chunk) and
+    submissions made finish first.
     """
 
     mode = "local"
@@ -51,7 +53,13 @@ class ReplicatedModel:
         self._submitter = Submitter(self, workers=4 * len(self._replicas), name=name)
         self._start_lock = threading.Lock()
         self._started = False
+        self._close_lock = threading.Lock()
         self.closed = False
+        # Requests begun and submissions not done; retired: take no new ones, close at none.
+        self._drain = threading.Condition()
+        self._begun = 0
+        self._submitted: dict[int, int] = {}  # id(request) of each submission not done: count
+        self.retired = False
 
     @property
     def replicas(self) -> tuple[ReplicaStatus, ...]:
@@ -101,12 +109,50 @@ class ReplicatedModel:
             return self
 
     def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._submitter.close()
-        for replica in self._replicas:
-            replica.close()
+        """Stop every replica, all at once (each within its bounded stop); a second close
+        returns once the first has stopped them."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._submitter.close()
+            closers = [
+                threading.Thread(target=replica.close, name=f"mizuoto-close-{replica.id}")
+                for replica in self._replicas
+            ]
+            for closer in closers:
+                closer.start()
+            for closer in closers:
+                closer.join()
+        with self._drain:
+            self._drain.notify_all()
+
+    def retire(self) -> None:
+        """Take no new request, and close once the requests begun and the submissions made
+        have ended (at once if there are none): what its settings changed for is served by a
+        new model, while what is running finishes as it began. Idempotent."""
+        with self._drain:
+            self.retired = True
+            idle = self._idle()
+        if idle:
+            self.close()
+
+    def _idle(self) -> bool:
+        return not self._begun and not self._submitted and not self.busy
+
+    def _begin(self, request: EngineRequest) -> None:
+        """Count a request that begins now; a retired model takes only submissions made before."""
+        with self._drain:
+            if self.retired and id(request) not in self._submitted:
+                raise self._closed()
+            self._begun += 1
+
+    def _end(self) -> None:
+        with self._drain:
+            self._begun -= 1
+            idle = self.retired and self._idle()
+        if idle:
+            _close_later(self)
 
     def __enter__(self) -> ReplicatedModel:
         return self
@@ -197,7 +243,28 @@ class ReplicatedModel:
         self, capability: str, *arguments: object, request: EngineRequest | None = None
     ) -> Future[object]:
         """Run a call on a thread of the handle; a stream's future resolves to its chunks."""
-        return self._submitter.submit(capability, *arguments, request=request)
+        request = request if request is not None else EngineRequest()
+        key = id(request)
+        with self._drain:
+            if self.retired:
+                raise self._closed()
+            self._submitted[key] = self._submitted.get(key, 0) + 1
+        try:
+            future = self._submitter.submit(capability, *arguments, request=request)
+        except BaseException:
+            self._submission_done(key)
+            raise
+        future.add_done_callback(lambda _: self._submission_done(key))
+        return future
+
+    def _submission_done(self, key: int) -> None:
+        with self._drain:
+            left = self._submitted.pop(key) - 1
+            if left:
+                self._submitted[key] = left
+            idle = self.retired and self._idle()
+        if idle:
+            _close_later(self)
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -206,14 +273,22 @@ class ReplicatedModel:
     ) -> Generator[AudioChunk, None, None]:
         request = self._request(request, header)
         # A generator: routing happens at the first next(), like the engine's own first step.
-        replica = self._route()
-        yield from exchange.stream(replica, header, payload, request)
+        self._begin(request)
+        try:
+            replica = self._route()
+            yield from exchange.stream(replica, header, payload, request)
+        finally:
+            self._end()
 
     def _run(
         self, header: dict[str, object], payload: bytes, request: EngineRequest | None
     ) -> Frame:
         request = self._request(request, header)
-        return exchange.run(self._route(), header, payload, request)
+        self._begin(request)
+        try:
+            return exchange.run(self._route(), header, payload, request)
+        finally:
+            self._end()
 
     def _route(self) -> Replica:
         if self.closed:
@@ -260,10 +335,21 @@ class ReplicatedModel:
             raise
 
     def _closed(self) -> EngineUnavailable:
+        if self.retired and not self.closed:
+            return EngineUnavailable(
+                f"{self.name}: its settings changed; load it again for a model that has them",
+                {"engine": self.manifest.id, "reason": "closed"},
+            )
         return EngineUnavailable(
             f"{self.name} was closed; load it again",
             {"engine": self.manifest.id, "reason": "closed"},
         )
+
+
+def _close_later(model: ReplicatedModel) -> None:
+    """Close a retired model off the thread of the request that ended last, which a close
+    (waiting for its workers to exit) must not hold up."""
+    threading.Thread(target=model.close, name=f"mizuoto-retire-{model.name}", daemon=True).start()
 
 
 def _start(replica: Replica, errors: list[BaseException]) -> None:

@@ -4,15 +4,20 @@ A request counts from when routing reserves its replica until its caller is done
 (``finish``), so a stream paused between chunks still counts. Worker replicas and agent sessions
 keep their requests the same way; each passes the lock that also guards its own state, so that a
 request is never added after a failure has taken the ones in flight.
+
+A request's own cancel and timeout are seen here too (``stops_due``), so that its replica can
+free the caller whatever the other side does: a request stopped that still waits for its answer
+past a bound (``unanswered``) fails its replica, and its caller gets ``stop_error``.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from mizuoto_sdk.errors import EngineError
+from mizuoto_sdk.errors import CancelledError, EngineError, OperationTimeoutError
 
 if TYPE_CHECKING:
     from mizuoto_sdk.frames import Frame
@@ -33,6 +38,26 @@ class Pending:
         self.allowed = 1
         self.busy_since: float | None = None  # when the worker began the answer it owes
         self.cancel_sent = False
+        self.opened = self.asked = time.monotonic()  # asked: when the caller last asked for more
+        self.stopped: float | None = None  # when its cancel or timeout was first seen here
+        self.timed_out = False
+        self.answered = False  # its last frame (end, result, error) has arrived
+
+    @property
+    def owed(self) -> bool:
+        """Whether the other side owes an answer now (a stream the caller has not asked for
+        more of owes nothing)."""
+        return not self.answered and self.received <= self.allowed
+
+    def stop_error(self, why: str) -> EngineError:
+        """What the caller gets when its stopped request is ended here, not by the other side."""
+        if self.timed_out:
+            timeout = self.request.timeout
+            return OperationTimeoutError(
+                f"ran past its timeout of {timeout:g} s; {why}",
+                {"reason": "timeout", "timeout": timeout},
+            )
+        return CancelledError(f"cancelled; {why}", {"reason": "cancelled"})
 
     def next_frame(self) -> Frame:
         """The next answer, calling the request's progress callback on the way; raises the
@@ -111,4 +136,27 @@ class InFlight:
         due = [p for p in pending if p.request.cancel_event.is_set() and not p.cancel_sent]
         for item in due:
             item.cancel_sent = True
+        self.stops_due(pending)
         return due
+
+    def stops_due(self, pending: list[Pending]) -> None:
+        """Note when each of ``pending`` was cancelled or ran past its own timeout."""
+        now = time.monotonic()
+        for item in pending:
+            if item.stopped is not None:
+                continue
+            timeout = item.request.timeout
+            if item.request.cancel_event.is_set():
+                item.stopped = now
+            elif timeout is not None and now >= item.opened + timeout:
+                item.stopped, item.timed_out = now, True
+
+    def unanswered(self, pending: list[Pending], grace: float) -> list[Pending]:
+        """Those of ``pending`` stopped ``grace`` seconds ago or more (counted from when the
+        answer became owed, for a stream the caller had paused) whose answer has not come."""
+        now = time.monotonic()
+        return [
+            p
+            for p in pending
+            if p.stopped is not None and p.owed and now >= max(p.stopped, p.asked) + grace
+        ]

@@ -1,10 +1,10 @@
 """Where an engine's replicas run, decided from its settings before any process starts.
 
 An engine's deployment settings (``engines.<id>.replicas``, ``devices``, ``deployment``,
-``execution_timeout``, ``restart``, ``threads``) are checked one by one when they are set
-(``DEPLOYMENT_FIELDS``, which the host's settings merge into their engine fields) and against each
-other and the engine's manifest here, so a deployment that cannot run fails with the fix before a
-worker is spawned rather than as a dead worker later.
+``execution_timeout``, ``start_timeout``, ``restart``, ``threads``) are checked one by one when
+they are set (``DEPLOYMENT_FIELDS``, which the host's settings merge into their engine fields) and
+against each other and the engine's manifest here, so a deployment that cannot run fails with the
+fix before a worker is spawned rather than as a dead worker later.
 """
 
 from __future__ import annotations
@@ -113,8 +113,10 @@ def _deployment(key: str, value: object) -> str:
 
 
 def _execution_timeout(key: str, value: object) -> float | None:
-    if value is None:
-        return None
+    return None if value is None else _seconds(key, value)
+
+
+def _seconds(key: str, value: object) -> float:
     try:
         seconds = float(value) if isinstance(value, int | float) else math.nan
     except OverflowError:  # an int too large for a float
@@ -136,6 +138,7 @@ DEPLOYMENT_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "devices": _devices,
     "deployment": _deployment,
     "execution_timeout": _execution_timeout,
+    "start_timeout": _seconds,
     "restart": _restart,
     "threads": _threads,
 }
@@ -144,6 +147,7 @@ DEPLOYMENT_DEFAULTS: Mapping[str, object] = {
     "devices": None,  # None: the engine's device for every replica
     "deployment": "auto",
     "execution_timeout": None,  # None: a request may run as long as it needs
+    "start_timeout": 600.0,  # seconds for a replica's workers to load and say ready
     "restart": "never",
     "threads": None,  # None: the launching process's count
 }
@@ -179,6 +183,8 @@ class Deployment:
     )
     """Per replica, the device of each of its ranks."""
     execution_timeout: float | None = None
+    start_timeout: float = 600.0
+    """Seconds for every worker of a replica to start and load the model."""
     restart: Restart = "never"
     threads: int | None = None
     parallel: ParallelConfig = attrs.field(
@@ -282,6 +288,7 @@ def plan_deployment(
         mode=cast(Mode, deployment),
         replicas=[placed[i : i + ranks] for i in range(0, len(placed), ranks)],
         execution_timeout=cast("float | None", values["execution_timeout"]),
+        start_timeout=cast(float, values["start_timeout"]),
         restart=cast(Restart, values["restart"]),
         threads=cast("int | None", values["threads"]),
         parallel=parallel,
@@ -319,6 +326,7 @@ def _external(
         mode="external",
         replicas=[placed],
         execution_timeout=cast("float | None", values["execution_timeout"]),
+        start_timeout=cast(float, values["start_timeout"]),
         restart=cast(Restart, values["restart"]),
         threads=cast("int | None", values["threads"]),
         parallel=parallel,
@@ -365,6 +373,7 @@ def _remote(
         mode="remote",
         replicas=[["/".join(split)]],  # "box/cpu:0" is "box/cpu": one model on the agent
         execution_timeout=cast("float | None", values["execution_timeout"]),
+        start_timeout=cast(float, values["start_timeout"]),
         restart=cast(Restart, values["restart"]),
         threads=cast("int | None", values["threads"]),
         parallel=parallel,

@@ -7,15 +7,21 @@ groups at. Startup is complete when every worker has said hello (worker, replica
 checked) and then ready; anything else stops every worker of the replica and raises
 ``WorkerFailed`` with the reason.
 Workers notice their parent's death through their pipe (it reads end-of-file) and a parent-pid
-check, so a killed host leaves no worker behind.
+check, so a killed host leaves no worker behind. A worker's standard output is its standard error
+from its first line on: a command whose output a caller reads through a pipe sees that pipe end
+when the command ends, whatever its workers (and the children their engines started) still do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
+import signal
 import socket
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
@@ -44,7 +50,11 @@ class WorkerSpec:
 
 
 def run_worker(target: str, connection: Connection, config: Mapping[str, Any]) -> None:
-    """The spawned process's entry: import ``target`` and hand it the pipe."""
+    """The spawned process's entry: let go of the parent's standard output, import ``target``
+    and hand it the pipe."""
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: stdout stays as it was
+        sys.stdout.flush()
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     module, _, name = target.partition(":")
     getattr(importlib.import_module(module), name)(connection, config)
 
@@ -54,19 +64,79 @@ class Worker:
 
     def __init__(self, process: BaseProcess, connection: Connection, rank: int) -> None:
         self.process, self.connection, self.rank = process, connection, rank
+        self.stopped = False  # stop_workers has ended it and closed its pipe
+
+    def exit_status(self, timeout: float) -> str | None:
+        """How the process ended (``"was killed by SIGKILL (code -9)"``, ``"exited with code
+        5"``), waiting up to ``timeout`` seconds for it to end; None if it still runs."""
+        deadline = time.monotonic() + timeout
+        try:
+            ended = wait([self.process.sentinel], timeout=timeout)
+            code = self.process.exitcode
+            # Another thread may be reaping it this moment: the code appears once it has it.
+            while code is None and ended and time.monotonic() < deadline:
+                threading.Event().wait(0.01)
+                code = self.process.exitcode
+        except ValueError:  # closed: whoever stopped it has said how it ended
+            return None
+        return None if code is None else exit_reason(code)
+
+
+def exit_reason(code: int) -> str:
+    """What an exit code says: a negative one is the signal that killed the process."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (code {code})"
+    return f"exited with code {code}"
+
+
+class Startup:
+    """One start of a replica's workers, which another thread may end at once (``cancel``): the
+    workers started so far are killed, and the start fails."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workers: list[Worker] = []
+        self.cancelled = False
+
+    def add(self, worker: Worker) -> None:
+        with self._lock:
+            self._workers.append(worker)
+            cancelled = self.cancelled
+        if cancelled:  # too late to be seen by cancel: it never runs
+            worker.process.kill()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            workers = list(self._workers)
+        for worker in workers:
+            with contextlib.suppress(ValueError, OSError):  # closed or reaped by the start
+                worker.process.kill()
 
 
 def start_workers(
-    specs: Sequence[WorkerSpec], replica: int, *, engine_id: str, timeout: float
+    specs: Sequence[WorkerSpec],
+    replica: int,
+    *,
+    engine_id: str,
+    timeout: float,
+    startup: Startup | None = None,
 ) -> tuple[list[Worker], dict[str, Any]]:
-    """Start one process per rank of ``replica`` and wait for each one's hello and ready.
+    """Start one process per rank of ``replica`` and wait for each one's hello and ready, for
+    ``timeout`` seconds in all (``engines.<id>.start_timeout``); ``startup.cancel()`` ends the
+    wait at once.
 
     Returns the workers and what rank 0 said when ready (its model's name, dtype, device and
     description).
     """
     context = multiprocessing.get_context("spawn")
     workers: list[Worker] = []
-    handshake = _Handshake(engine_id, replica, timeout)
+    startup = startup if startup is not None else Startup()
+    handshake = _Handshake(engine_id, replica, timeout, startup)
     # Ranks of one replica meet there to make their process groups; a fresh port per start.
     rendezvous = f"tcp://127.0.0.1:{free_port()}" if len(specs) > 1 else None
     try:
@@ -89,6 +159,7 @@ def start_workers(
             process.start()
             child_end.close()
             workers.append(Worker(process, parent_end, rank))
+            startup.add(workers[-1])
         for worker, spec in zip(workers, specs, strict=True):
             hello = handshake.expect(worker, "hello")
             expected = {
@@ -115,9 +186,12 @@ def free_port() -> int:
 
 
 def stop_workers(workers: Sequence[Worker], grace: float) -> None:
-    """Wait ``grace`` seconds for ``workers`` to exit, then terminate, then kill; close pipes."""
+    """Wait ``grace`` seconds in all for ``workers`` to exit, then terminate, then kill; close
+    pipes."""
+    workers = [w for w in workers if not w.stopped]
+    deadline = time.monotonic() + grace
     for worker in workers:
-        worker.process.join(grace)
+        worker.process.join(max(0.0, deadline - time.monotonic()))
     for step in ("terminate", "kill"):
         alive = [w for w in workers if w.process.is_alive()]
         for worker in alive:
@@ -125,6 +199,7 @@ def stop_workers(workers: Sequence[Worker], grace: float) -> None:
         for worker in alive:
             worker.process.join(2.0)
     for worker in workers:
+        worker.stopped = True
         worker.connection.close()
         if worker.process.exitcode is not None:
             worker.process.close()
@@ -133,21 +208,23 @@ def stop_workers(workers: Sequence[Worker], grace: float) -> None:
 class _Handshake:
     """The frames a starting worker owes, each by one deadline for the whole startup."""
 
-    def __init__(self, engine_id: str, replica: int, timeout: float) -> None:
+    def __init__(self, engine_id: str, replica: int, timeout: float, startup: Startup) -> None:
         self._engine_id, self._replica, self._timeout = engine_id, replica, timeout
         self._deadline = time.monotonic() + timeout
+        self._startup = startup
 
     def expect(self, worker: Worker, kind: str) -> Frame:
         remaining = self._deadline - time.monotonic()
         ready = wait([worker.connection, worker.process.sentinel], timeout=max(remaining, 0))
+        if self._startup.cancelled:
+            raise self.error(f"was stopped before {kind}: the model was closed")
         if worker.connection in ready:
             try:
                 frame = decode(worker.connection.recv_bytes())
             except (EOFError, OSError, FrameError) as error:
-                worker.process.join(1.0)  # a pipe that ends with its process: say how it ended
-                if worker.process.exitcode is not None:
-                    why = f"exited with code {worker.process.exitcode} before {kind}"
-                    raise self.error(why) from None
+                ended = worker.exit_status(1.0)  # a pipe that ends with its process: say how
+                if ended is not None:
+                    raise self.error(f"{ended} before {kind}") from None
                 raise self.error(f"sent no {kind}: {error or type(error).__name__}") from None
             if frame.kind == kind:
                 return frame
@@ -164,9 +241,11 @@ class _Handshake:
                 )
             raise self.error(f"sent {frame.kind} where {kind} was expected")
         if worker.process.sentinel in ready:
-            worker.process.join(0.1)
-            raise self.error(f"exited with code {worker.process.exitcode} before {kind}")
-        raise self.error(f"sent no {kind} within {self._timeout:g} s")
+            raise self.error(f"{worker.exit_status(1.0) or 'ended'} before {kind}")
+        raise self.error(
+            f"sent no {kind} within {self._timeout:g} s (engines.{self._engine_id}."
+            "start_timeout); raise it if loading takes longer"
+        )
 
     def error(self, why: str) -> WorkerFailed:
         return WorkerFailed(

@@ -161,15 +161,23 @@ class _Watched:
         return getattr(self._connection, name)
 
 
-# A host process for the orphan test: serves a two-replica deployment, prints its workers' pids
-# and waits to be killed. argv: the folders to put first on sys.path (this one, the site).
+# A host process for the orphan tests: serves a two-replica deployment, prints its workers'
+# pids and waits to be killed. argv: the marker folder ("" for none), then the folders to put
+# first on sys.path (this one, the site). With a marker folder, a stream runs on a thread first,
+# whose engine starts a child at chunk 1 and waits there for a cancel (fault=child).
 HOST_SCRIPT = """
-import faulthandler, sys
+import faulthandler, sys, threading
 faulthandler.dump_traceback_later(120, exit=True)  # a bound, should the test never kill it
-sys.path[:0] = sys.argv[1:]
+marker = sys.argv[1]
+sys.path[:0] = sys.argv[2:]
 from serving_support import faulty_service, worker_pids
+from mizuoto_sdk.host import EngineRequest
 service = faulty_service({"engines.faulty.replicas": 2})
 model = service.load("faulty").start()
+if marker:
+    params = {"fault": "child", "at": 1, "marker": marker}
+    stream = model.synthesize("hi", EngineRequest(params=params))
+    threading.Thread(target=lambda: list(stream), daemon=True).start()
 print(*worker_pids(model), flush=True)
 sys.stdin.read()
 """

@@ -3,14 +3,21 @@ audio as in this process, the replicas and their workers shown, and no worker le
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from mizuoto_sdk.cli import main
 from mizuoto_sdk.host import RuntimeService
+
+SERVING_SITE = Path(__file__).parent / "serving_site"
+STOP_BOUND = 30.0  # seconds: the stop itself takes well under one; far below the child's 60 s
 
 
 def alive(pid: int) -> bool:
@@ -85,3 +92,42 @@ def test_runtime_json_with_set_and_no_worker_outlives_the_command(capsys):
     pids = [pid for replica in row["replicas"] for pid in replica["pids"]]
     assert len(set(pids)) == 2
     assert not any(alive(pid) for pid in pids)
+
+
+def test_synth_on_replicas_stopped_by_sigterm_ends_its_calls_and_its_output(tmp_path):
+    """The engine starts a child at chunk 1 and waits there (fault=child); SIGTERM then stops
+    the command, which stops its workers: the engine's finally runs, its child dies, and a
+    caller reading the command's output through pipes sees them end."""
+    paths = [str(SERVING_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    argv = ["synth", "faulty", "hi", "-o", str(tmp_path / "out.wav")]
+    argv += ["--set", "engines.faulty.replicas=2", "--param", "fault=child"]
+    argv += ["--param", "at=1", "--param", f"marker={tmp_path}"]
+    command = subprocess.Popen(
+        [sys.executable, "-m", "mizuoto_sdk.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        child = int(_marker(tmp_path, "child", command))
+        command.send_signal(signal.SIGTERM)
+        _, err = command.communicate(timeout=STOP_BOUND)
+    finally:
+        command.kill()
+        command.communicate()
+    assert command.returncode == -signal.SIGTERM and err.endswith("mizuoto: terminated\n"), err
+    assert (tmp_path / "finally.pid").is_file()  # the engine's cleanup ran in its worker
+    assert not alive(child) and not (tmp_path / "out.wav").exists()
+
+
+def _marker(folder: Path, name: str, command: subprocess.Popen[str]) -> str:
+    """The marker file's text once the engine wrote it (the command must still run)."""
+    path, deadline = folder / f"{name}.pid", time.monotonic() + 60
+    while not path.exists():
+        assert command.poll() is None, command.communicate()
+        assert time.monotonic() < deadline, f"no {name} marker within 60 s"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            command.wait(0.02)
+    return path.read_text()

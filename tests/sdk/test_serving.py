@@ -6,6 +6,7 @@ pipe, and closes without leaving a process. Failures are in test_serving_faults.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -242,6 +243,26 @@ def test_changing_an_engine_setting_closes_its_served_model(site):
         assert again is not model and [r.state for r in again.replicas] == ["stopped"]
 
 
+def test_a_settings_change_lets_a_running_stream_finish_on_the_old_workers(site):
+    with faulty_service({"engines.faulty.replicas": 2}) as service:
+        model = service.load("faulty").start()
+        pids = worker_pids(model)
+        request = EngineRequest(params={"seed": 9, "chunks": 20, "chunk_samples": 100})
+        stream = model.synthesize("hi", request)
+        first = [next(stream) for _ in range(3)]
+        service.settings.set("engines.faulty.execution_timeout", 30.0)
+        with pytest.raises(EngineUnavailable, match="settings changed"):
+            model.call("pid")  # a new request on the old model: load again
+        again = service.load("faulty")
+        assert again is not model and again.call("pid")["pid"] not in pids
+        rest = list(stream)
+        assert len(first + rest) == 20 and {c.metadata["pid"] for c in rest} <= set(pids)
+        assert [c.metadata["index"] for c in first + rest] == list(range(20))
+        wait_until(lambda: model.closed, 10, "the old model closed once its stream ended")
+        wait_until(lambda: not any(running(pid) for pid in pids), 10, "its workers gone")
+        assert service.served() == [again]
+
+
 def test_an_in_process_plugin_cannot_be_served_by_workers(site):
     from mizuoto_fixture_serving import plugin
 
@@ -257,7 +278,7 @@ def test_an_in_process_plugin_cannot_be_served_by_workers(site):
 
 def test_a_killed_host_leaves_no_worker_behind(site):
     host = subprocess.Popen(
-        [sys.executable, "-c", HOST_SCRIPT, str(HERE), str(SITE)],
+        [sys.executable, "-c", HOST_SCRIPT, "", str(HERE), str(SITE)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -273,6 +294,38 @@ def test_a_killed_host_leaves_no_worker_behind(site):
     killed = time.monotonic()
     wait_until(lambda: not any(running(pid) for pid in pids), ORPHAN_BOUND, "workers gone")
     assert time.monotonic() - killed < ORPHAN_BOUND
+
+
+def test_a_killed_host_s_workers_end_their_calls_and_the_engines_children(site, tmp_path):
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_SCRIPT, str(tmp_path), str(HERE), str(SITE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pids = [int(pid) for pid in host.stdout.readline().split()]
+        child = int(wait_until(lambda: read_marker(tmp_path, "child"), 30, "the engine's child"))
+        assert running(child) and not (tmp_path / "finally.pid").exists()
+    finally:
+        host.send_signal(signal.SIGKILL)
+        host.wait(timeout=30)
+        host.stdin.close()
+    killed = time.monotonic()
+    # a reader of the host's output sees its end: no worker or engine child keeps it open
+    assert select.select([host.stdout], [], [], ORPHAN_BOUND)[0] and host.stdout.read() == ""
+    host.stdout.close()
+    # the worker that ran the stream cancelled it: the engine's finally ran, its child died
+    finally_pid = wait_until(lambda: read_marker(tmp_path, "finally"), ORPHAN_BOUND, "finally")
+    assert int(finally_pid) in pids
+    wait_until(lambda: not running(child), ORPHAN_BOUND, "the engine's child gone")
+    wait_until(lambda: not any(running(pid) for pid in pids), ORPHAN_BOUND, "workers gone")
+    assert time.monotonic() - killed < ORPHAN_BOUND
+
+
+def read_marker(folder, name):
+    path = folder / f"{name}.pid"
+    return path.read_text() if path.exists() else None
 
 
 def test_bundled_engines_served_by_workers_equal_inline_bitwise():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -35,8 +36,10 @@ from mizuoto_sdk import (
 from mizuoto_sdk.host import EngineRequest
 
 EXECUTION_TIMEOUT = 1.5
+STOP_TIMEOUT = 1.0  # host.stop_timeout: how long a stopped request's worker has to answer
 BOUND = 1.0  # seconds: the supervisor looks every 20 ms; the worker sees cancel within 50 ms
 HEAL = 15.0  # seconds for a restart: 0.5 s backoff and a spawn, on a busy machine
+START = 30.0  # seconds for a worker to start on a busy machine
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +95,45 @@ def test_a_worker_failing_at_startup_fails_start_and_leaves_no_process(site, fau
             model.call("pid")
 
 
+def test_a_worker_hung_in_load_fails_start_at_its_start_timeout(site):
+    settings = {"engines.faulty.deployment": "local", "engines.faulty.start_timeout": 1.0}
+    before = spawned_children()
+    with faulty_service(settings) as service:
+        model = service.load("faulty", options={"load_delay": 600})
+        started = time.monotonic()
+        with pytest.raises(WorkerFailed) as caught:
+            model.start()
+        assert 1.0 <= time.monotonic() - started < 1.0 + START
+        assert "sent no ready within 1 s (engines.faulty.start_timeout)" in caught.value.message
+        assert caught.value.detail["during"] == "startup"
+        assert model.closed
+    wait_until(lambda: spawned_children() <= before, 5, "its worker stopped and reaped")
+
+
+def test_close_ends_a_start_in_progress_and_kills_its_worker(site):
+    before = spawned_children()
+    with faulty_service({"engines.faulty.deployment": "local"}) as service:
+        model = service.load("faulty", options={"load_delay": 600})  # start_timeout: 600 s
+        failures = []
+
+        def start():
+            try:
+                model.start()
+            except EngineUnavailable as error:
+                failures.append(error)
+
+        starter = threading.Thread(target=start)
+        starter.start()
+        (pid,) = wait_until(lambda: spawned_children() - before, START, "its worker spawned")
+        closing = time.monotonic()
+        model.close()
+        starter.join(BOUND)
+        assert not starter.is_alive() and time.monotonic() - closing < BOUND
+    assert [f.detail["reason"] for f in failures] == ["closed"]
+    assert process_state(pid) is None  # killed and reaped
+    assert [r.state for r in model.replicas] == ["stopped"]
+
+
 def test_sigkill_mid_stream_fails_that_stream_while_the_other_replica_serves(pair):
     stream = pair.synthesize("hi", EngineRequest(params={"fault": "hang", "at": 1}))
     pid = next(stream).metadata["pid"]
@@ -105,7 +147,8 @@ def test_sigkill_mid_stream_fails_that_stream_while_the_other_replica_serves(pai
     assert caught.value.code == "worker_failed"
     detail = caught.value.detail
     assert (detail["replica"], detail["during"]) == (replica, "synthesize")
-    assert f"code {-signal.SIGKILL}" in detail["reason"]
+    # whichever noticed first, the pipe or the process's end, the reason is the kill
+    assert detail["reason"] == f"worker 0 was killed by SIGKILL (code {-signal.SIGKILL})"
     assert not pair.replicas[replica].healthy
     chunks = list(pair.synthesize("hi", EngineRequest(params={"chunks": 2})))
     assert {c.metadata["pid"] for c in chunks} == {other}
@@ -171,6 +214,41 @@ def test_cancel_and_the_request_timeout_reach_the_worker(pair):
         pair.call("sleep", {"seconds": 30}, EngineRequest(timeout=0.3))
     assert time.monotonic() - started < 2 * (0.3 + BOUND)
     assert pair.replicas == before and serves_with(pair, worker_pids(pair))
+
+
+def test_cancel_and_timeout_free_the_caller_of_a_stopped_worker(site):
+    # SIGSTOP: the worker reads nothing and answers nothing; no execution_timeout is set.
+    settings = {
+        "engines.faulty.deployment": "local",
+        "engines.faulty.restart": "on_failure",
+        "host.stop_timeout": STOP_TIMEOUT,
+    }
+    with faulty_service(settings) as service:
+        model = service.load("faulty").start()
+        request = EngineRequest(params={"fault": "hang_cancellable", "at": 1})
+        stream = model.synthesize("hi", request)
+        pid = next(stream).metadata["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        request.cancel()
+        cancelled = time.monotonic()
+        with pytest.raises(CancelledError) as caught:
+            next(stream)
+        assert STOP_TIMEOUT <= time.monotonic() - cancelled < STOP_TIMEOUT + BOUND
+        assert "host.stop_timeout" in caught.value.message
+        (failed,) = model.replicas
+        assert not failed.healthy and "did not answer" in failed.failure
+        wait_until(lambda: not running(pid), BOUND + 4.0, "the stopped worker killed")
+
+        # The same for the request's own timeout, once the replica has restarted.
+        wait_until(lambda: model.replicas[0].state == "ready", HEAL, "restarted")
+        (pid,) = worker_pids(model)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(OperationTimeoutError) as timed_out:
+            model.call("sleep", {"seconds": 30}, EngineRequest(timeout=0.5))
+        assert 0.5 + STOP_TIMEOUT <= time.monotonic() - started < 0.5 + STOP_TIMEOUT + BOUND
+        assert timed_out.value.detail == {"reason": "timeout", "timeout": 0.5}
+        wait_until(lambda: not running(pid), BOUND + 4.0, "the stopped worker killed")
 
 
 @pytest.mark.parametrize("corrupt", ["frame", "kind", "chunk"])

@@ -47,10 +47,13 @@ class LoadedFaulty(LoadedEngine):
         return {"pid": os.getpid(), "device": self.device}
 
     def synthesize(self, text, params, ctx) -> Iterator[AudioChunk]:
-        for index in range(params["chunks"]):
-            _before_chunk(index, params, ctx, field="text")
-            samples = ctx.rng.standard_normal(params["chunk_samples"], dtype=np.float32)
-            yield AudioChunk(0.1 * samples, SAMPLE_RATE, {"pid": os.getpid(), "index": index})
+        try:
+            for index in range(params["chunks"]):
+                _before_chunk(index, params, ctx, field="text")
+                samples = ctx.rng.standard_normal(params["chunk_samples"], dtype=np.float32)
+                yield AudioChunk(0.1 * samples, SAMPLE_RATE, {"pid": os.getpid(), "index": index})
+        finally:
+            _mark(params, "finally", os.getpid())
 
     def convert(self, audio, params, ctx) -> Iterator[AudioChunk]:
         samples = np.asarray(audio.samples, dtype=np.float32)
@@ -109,7 +112,21 @@ def _before_chunk(index: int, params, ctx, field: str) -> None:
         while not ctx.wait_cancelled(0.05):  # stuck, but stops at cancel or the request timeout
             pass
         ctx.check_cancel()
+    if fault == "child":  # a child that lives while the step waits for cancel, then dies
+        with ctx.open_process(["sleep", "60"]) as child:
+            _mark(params, "child", child.pid)
+            while not ctx.wait_cancelled(0.05):
+                pass
+        ctx.check_cancel()
     if fault == "invalid":
         raise InvalidRequest(f"{field}: refused on purpose (fault=invalid)", {"field": field})
     if fault == "crash":
         raise RuntimeError("crashed on purpose (fault=crash)")
+
+
+def _mark(params, name: str, pid: int) -> None:
+    """Write ``<marker>/<name>.pid`` (whole, by a rename) when the request names a marker folder."""
+    if params["marker"]:
+        folder = Path(params["marker"])
+        (folder / f"{name}.tmp").write_text(str(pid))
+        (folder / f"{name}.tmp").replace(folder / f"{name}.pid")

@@ -2,7 +2,7 @@
 
 from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl
 
-FAULTS = ("none", "exit", "hang", "hang_cancellable", "slow", "invalid", "crash")
+FAULTS = ("none", "exit", "hang", "hang_cancellable", "child", "slow", "invalid", "crash")
 
 
 @hookimpl
@@ -23,6 +23,13 @@ def mizuoto_engines():
                 Param("fault", "str", "none", choices=FAULTS, help="what goes wrong, on purpose"),
                 Param("at", "int", 0, minimum=0, help="the chunk the fault comes before"),
                 Param("delay", "float", 0.2, minimum=0, help="seconds before each chunk (slow)"),
+                Param(
+                    "marker",
+                    "str",
+                    "",
+                    help="a folder: the stream writes child.pid (fault=child) and finally.pid "
+                    "(as its finally block runs) there",
+                ),
             ],
         ),
         # A torch engine whose replica may span ranks: each chunk is an all-reduce over dense_tp

@@ -253,11 +253,18 @@ class RemoteReplica:
             request_id = frame.header.get("id")
             with self._lock:
                 pending = self._requests.get(request_id) if self._session is session else None
-            if pending is not None and frame.kind not in ("started", "heartbeat"):
-                pending.frames.put(frame)
+                if pending is None or frame.kind in ("started", "heartbeat"):
+                    continue
+                if pending.answered:
+                    continue  # its caller was freed already (see _watch)
+                if frame.kind == "chunk":
+                    pending.received += 1
+                pending.answered = frame.kind in ("end", "result", "error")
+            pending.frames.put(frame)
 
     def _watch(self, session: _Session) -> None:
-        """Forward cancels (as a worker replica does) and notice the agent's silence."""
+        """Forward cancels (as a worker replica does), free the callers of stopped requests the
+        agent does not answer, and notice the agent's silence."""
         limit = self.host.heartbeat_timeout
         wake = CANCEL_INTERVAL
         while not session.done.wait(wake):
@@ -270,7 +277,27 @@ class RemoteReplica:
                 pending = self._requests.all() if self._session is session else []
             for item in self._requests.cancels_due(pending):
                 self.send("cancel", {"id": item.id})
+            self._free_unanswered(pending)
             wake = min(CANCEL_INTERVAL if pending else IDLE_INTERVAL, limit - silent + 0.01)
+
+    def _free_unanswered(self, pending: list[Pending]) -> None:
+        """A request cancelled or past its own timeout whose answer has not come
+        ``stop_timeout`` seconds later (an engine deaf to its cancel): its caller gets
+        ``cancelled`` or ``operation_timeout`` now and the agent is told to cancel it. The
+        session goes on: the agent still answers (its heartbeats come), only that engine call
+        does not."""
+        grace = self.host.stop_timeout
+        why = f"the agent did not end it within {grace:g} s (host.stop_timeout)"
+        for item in self._requests.unanswered(pending, grace):
+            with self._lock:
+                if item.answered:
+                    continue
+                item.answered = True
+            log.warning(
+                "%s on %s: a %s request: %s", self._engine_id, self.host.name, item.capability, why
+            )
+            item.frames.put(item.stop_error(why))
+            self.send("cancel", {"id": item.id})
 
     def _lose(self, session: _Session, reason: str, during: str | None = None) -> None:
         """End ``session``: its requests fail with ``worker_failed``; the next one reconnects."""
@@ -347,6 +374,7 @@ class RemoteReplica:
     def ask_next(self, pending: Pending) -> None:
         with self._lock:
             pending.allowed += 1
+            pending.asked = time.monotonic()
         self.send("next", {"id": pending.id})
 
     def has_pending(self, pending: Pending) -> bool:

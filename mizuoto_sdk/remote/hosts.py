@@ -42,6 +42,9 @@ class RemoteHost:
     load_timeout: float = 600.0
     """Seconds a session may take to connect, open the engine and load the model
     (``remote.load_timeout``)."""
+    stop_timeout: float = 10.0
+    """Seconds after a request's cancel or timeout before its caller is freed without the
+    agent's answer (``host.stop_timeout``)."""
 
     def token(self) -> str:
         """The token in ``token_file``, read now (surrounding whitespace dropped)."""

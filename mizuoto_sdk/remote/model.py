@@ -82,9 +82,11 @@ class RemoteModel(ReplicatedModel):
         return dict(value) if isinstance(value, dict) else {}
 
     def _request(self, request: EngineRequest | None, header: dict[str, object]) -> EngineRequest:
-        """The base checks; then each path param that names a file or folder here is sent by
-        content and replaced, in the header only, by its ``mizuoto-file:`` reference."""
+        """The base checks; the session started, within the request's timeout when it has one;
+        then each path param that names a file or folder here is sent by content and replaced,
+        in the header only, by its ``mizuoto-file:`` reference."""
         request = super()._request(request, header)
+        self._remote.start(request.timeout)
         paths = {p.name for p in self.manifest.params if p.type == "path"}
         params = dict(request.params)
         for name, value in request.params.items():

@@ -34,6 +34,7 @@ from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.remote import client
 from mizuoto_sdk.remote.wire import ConnectionClosed, FrameSocket
 from mizuoto_sdk.request import EngineRequest
+from mizuoto_sdk.serving import exchange
 from mizuoto_sdk.serving.plan import plan_deployment
 
 HERE = Path(__file__).parent
@@ -392,3 +393,72 @@ def test_mizuoto_synth_through_an_agent_writes_the_local_bytes(
         )
         outputs.append(target.read_bytes())
     assert outputs[0] == outputs[1]
+
+
+# -- a load that hangs while the agent's heartbeats keep coming -------------------------------
+
+
+def test_a_hung_remote_load_ends_at_the_requests_timeout(agent: AgentProcess, site: None) -> None:
+    # What a user saw: the call waited as long as the load took, heartbeats keeping it alive.
+    with service(agent.settings("faulty")) as host:  # the agent's heartbeat: every 0.2 s
+        model = host.load("faulty", options={"load_delay": 3.0})
+        with pytest.raises(OperationTimeoutError) as caught:
+            model.call("echo", {}, EngineRequest(timeout=0.5))
+    assert caught.value.detail["during"] == "load"
+    assert caught.value.detail["host"] == "box"
+
+
+def test_a_hung_remote_load_ends_at_the_load_timeout(agent: AgentProcess) -> None:
+    host = client.RemoteHost(
+        "box", f"127.0.0.1:{agent.port}", str(agent.token_file), load_timeout=0.5
+    )
+    load = {"model": "default", "options": {"load_delay": 3.0}}
+    replica = client.RemoteReplica(host, engine_id="faulty", device="cpu", load=load)
+    try:
+        with pytest.raises(OperationTimeoutError) as caught:
+            replica.start()
+        assert caught.value.detail["field"] == "remote.load_timeout"
+        assert "remote.load_timeout = 0.5 s" in caught.value.message
+        assert replica.status().state == "stopped"  # the session was closed: the next connects
+    finally:
+        replica.close()
+
+
+def test_remote_load_timeout_is_a_setting() -> None:
+    settings = Settings({"remote.load_timeout": 30})
+    assert settings.get("remote.load_timeout") == 30.0
+    assert Settings().get("remote.load_timeout") == 600.0
+    with pytest.raises(InvalidRequest) as error:
+        settings.set("remote.load_timeout", 0)
+    assert error.value.detail["field"] == "remote.load_timeout"
+
+
+def test_a_request_past_its_timeout_is_freed_though_the_engine_is_deaf(tmp_path: Path) -> None:
+    # What a user saw: an engine deaf to cancel held its remote caller for ever, although the
+    # request had a timeout and the agent's heartbeats kept coming.
+    doomed = AgentProcess(tmp_path)  # its engine hangs for good: it is killed at the end
+    host = client.RemoteHost(
+        "box", f"127.0.0.1:{doomed.port}", str(doomed.token_file), stop_timeout=0.5
+    )
+    replica = client.RemoteReplica(host, engine_id="faulty", device="cpu", load={})
+    try:
+        params = {"seed": 1, "chunks": 3, "fault": "hang", "at": 1}
+        header = {"capability": "synthesize", "text": "x", "params": params, "timeout": 0.5}
+        replica.reserve()
+        stream = exchange.stream(replica, header, b"", EngineRequest(timeout=0.5))
+        next(stream)  # chunk 0; chunk 1 never comes
+        with pytest.raises(OperationTimeoutError) as caught:
+            next(stream)
+        assert "host.stop_timeout" in caught.value.message
+        replica.reserve()
+        reply = exchange.run(
+            replica,
+            {"capability": "call", "op": "echo", "arguments": {"a": 1}},
+            b"",
+            EngineRequest(),
+        )
+        assert reply.header["value"] == {"a": 1}  # the session goes on
+    finally:
+        replica.close()
+        doomed.process.kill()
+        doomed.stop()

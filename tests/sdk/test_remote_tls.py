@@ -1,7 +1,8 @@
 """Protocol 2 over TLS: a `mizuoto agent` process with a certificate, a host that verifies it.
 
 The certificate is self-signed for 127.0.0.1, made here with the `openssl` command; the host
-trusts it through `remote.hosts.<name>.tls_ca`, and refuses an agent it cannot verify.
+trusts it through `remote.hosts.<name>.tls_ca`, and refuses an agent it cannot verify. A host and
+an agent that disagree on TLS are told which setting to change.
 """
 
 from __future__ import annotations
@@ -13,10 +14,26 @@ import sys
 import numpy as np
 import pytest
 
-from mizuoto_sdk.errors import WorkerFailed
+from mizuoto_sdk.errors import EngineUnavailable, WorkerFailed
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+
+
+def start_agent(*options):
+    """A `mizuoto agent` process on a free port of 127.0.0.1 and the address it printed."""
+    command = [sys.executable, "-m", "mizuoto_sdk.cli", "agent", "--listen", "127.0.0.1:0"]
+    agent = subprocess.Popen([*command, *options], stdout=subprocess.PIPE, text=True)
+    assert agent.stdout is not None
+    line = agent.stdout.readline()
+    assert line.startswith("mizuoto agent listening on "), line
+    return agent, line.strip().rsplit("://", 1)[1]
+
+
+def stop_agent(agent):
+    agent.terminate()
+    agent.wait(30)
+    agent.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +50,20 @@ def tls_agent(tmp_path_factory):
         capture_output=True,
     )  # fmt: skip
     token.write_text("a secret long enough for a test\n")
-    command = [sys.executable, "-m", "mizuoto_sdk.cli", "agent", "--listen", "127.0.0.1:0"]
-    command += ["--token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key)]
-    agent = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert agent.stdout is not None
-    line = agent.stdout.readline()
-    assert line.startswith("mizuoto agent listening on tls://"), line
-    address = line.strip().rsplit("://", 1)[1]
+    agent, address = start_agent(
+        "--token-file", str(token), "--tls-cert", str(cert), "--tls-key", str(key)
+    )
     yield {"address": address, "token": str(token), "cert": str(cert)}
-    agent.terminate()
-    agent.wait(10)
-    agent.stdout.close()
+    stop_agent(agent)
+
+
+@pytest.fixture
+def plain_agent(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("a secret long enough for a test\n")
+    agent, address = start_agent("--token-file", str(token))
+    yield {"address": address, "token": str(token)}
+    stop_agent(agent)
 
 
 def remote(agent, **extra):
@@ -92,3 +112,22 @@ def test_a_read_on_a_tls_connection_this_side_closed_ends_as_closed(tls_agent):
     wire.close()
     with pytest.raises(ConnectionClosed):
         wire.receive()
+
+
+def test_a_host_without_tls_at_a_tls_agent_is_told_to_set_tls(tls_agent):
+    # What a user saw: "Connection reset by peer" during the hello.
+    service = RuntimeService(remote(tls_agent, **{"remote.hosts.box.tls": False}))
+    with service, pytest.raises(EngineUnavailable) as caught:
+        list(service.load("sine").synthesize("hello"))
+    assert caught.value.detail["field"] == "remote.hosts.box.tls"
+    assert "expects TLS" in caught.value.message
+    assert "set remote.hosts.box.tls = true" in caught.value.message
+
+
+def test_a_tls_host_at_a_plain_agent_is_told_it_may_serve_plain_tcp(plain_agent):
+    # What a user saw: "cannot connect to ...: [SSL: WRONG_VERSION_NUMBER] wrong version number".
+    service = RuntimeService(remote(plain_agent))
+    with service, pytest.raises(EngineUnavailable) as caught:
+        list(service.load("sine").synthesize("hello"))
+    assert caught.value.detail["field"] == "remote.hosts.box.tls"
+    assert "set remote.hosts.box.tls = false" in caught.value.message

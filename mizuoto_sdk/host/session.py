@@ -1,18 +1,16 @@
 """One connection to the agent: the hello, then one engine on one device, its model, files and
 requests (see ``host/agent.py``, which accepts connections and owns what sessions share).
 
-The hello is read with a small limit and one deadline for all of it (a TLS handshake included),
-and nothing else is read before it is accepted. Requests are answered by ``host/served.py``
-exactly as a worker answers its parent. A frame that does not parse, or whose fields are of the
-wrong type, is answered with an ``invalid_request`` error naming the field, and the session goes
-on; only a frame over the limit (whose body is never read) ends it.
+The hello is read first (``remote/greeting.py``: a small limit, one deadline for all of it, a
+TLS handshake included), and nothing else is read before it is accepted. Requests are answered
+by ``host/served.py`` exactly as a worker answers its parent. A frame that does not parse, or
+whose fields are of the wrong type, is answered with an ``invalid_request`` error naming the
+field, and the session goes on; only a frame over the limit (whose body is never read) ends it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import importlib.metadata
 import json
 import shutil
 import socket
@@ -26,13 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest
-from mizuoto_sdk.frames import (
-    Frame,
-    FrameError,
-    decode,
-    encode,
-    error_frame,
-)
+from mizuoto_sdk.frames import Frame, FrameError, decode, encode, error_frame
 from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.model import LocalModel
 from mizuoto_sdk.host.served import ServedRequest, json_safe
@@ -41,28 +33,13 @@ from mizuoto_sdk.host.threads import RequestThreads
 from mizuoto_sdk.remote.cache import FileCache
 from mizuoto_sdk.remote.checks import check_request, is_id, shown
 from mizuoto_sdk.remote.files import FILE_SCHEME, folder_files
-from mizuoto_sdk.remote.wire import (
-    FILE_CHUNK,
-    PROTOCOL,
-    ConnectionClosed,
-    FrameSocket,
-    OversizedFrame,
-    PeerSpeaksTLS,
-)
+from mizuoto_sdk.remote.greeting import HELLO_LIMIT, greet, sdk_version
+from mizuoto_sdk.remote.wire import FILE_CHUNK, ConnectionClosed, FrameSocket, OversizedFrame
 
 __all__ = ["HELLO_LIMIT", "AgentSide", "Session", "sdk_version"]
 
-HELLO_LIMIT = 64 << 10
-"""The largest first frame read from a connection that has not shown its token (64 KiB)."""
 _REQUEST_KINDS = ("next", "cancel", "close", "text")
 _NOTHING_WRITTEN_BACK: Mapping[str, object] = {"applied": {}, "warnings": [], "timings": {}}
-
-
-def sdk_version() -> str:
-    try:
-        return importlib.metadata.version("mizuoto-sdk")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class AgentSide(Protocol):
@@ -107,16 +84,23 @@ class Session:
 
     def run(self) -> None:
         try:
-            if self._greet():
+            agent = self.agent
+            greeted = greet(
+                self._socket,
+                token=agent.token,
+                ssl_context=agent.ssl_context,
+                hello_timeout=agent.hello_timeout,
+                ready=agent.ready,
+            )
+            if greeted is not None:
+                self._socket = greeted
                 threading.Thread(
                     target=self._beat, name="mizuoto-agent-heartbeat", daemon=True
                 ).start()
                 reader = FrameSocket(self._socket, self.agent.frame_limit)
                 while not self._closed.is_set():
                     self._next(reader)
-        except PeerSpeaksTLS:
-            pass  # a TLS host at a plain agent: it cannot read a refusal; its handshake fails
-        except FrameError as error:  # over the limit: its body is unread, nothing more can be
+        except OversizedFrame as error:  # its body is unread, so nothing after it can be read
             self._refuse("invalid_request", f"a malformed frame: {error}", {"reason": "frame"})
         except (ConnectionClosed, OSError, ValueError):
             pass  # the host left (or shutdown closed the socket)
@@ -128,9 +112,9 @@ class Session:
         on (its length was right, so the next frame begins where it ends)."""
         try:
             frame = reader.receive()
-        except OversizedFrame:
-            raise
         except FrameError as error:
+            if isinstance(error, OversizedFrame):
+                raise
             malformed = InvalidRequest(f"a malformed frame: {error}", {"field": "frame"})
             self._send_bytes(error_frame(malformed))
             return
@@ -177,61 +161,6 @@ class Session:
             self.agent.release(model)
         self.agent.files.discard(self._owner)
         self.agent.forget(self)
-
-    def _greet(self) -> bool:
-        """Read the hello (TLS handshake first): True once it is accepted and answered. All of
-        it must arrive within ``hello_timeout`` seconds, however slowly its bytes come."""
-        agent = self.agent
-        deadline = time.monotonic() + agent.hello_timeout
-        self._socket.settimeout(agent.hello_timeout)
-        try:
-            if agent.ssl_context is not None:
-                if not self._starts_tls(deadline):
-                    return False
-                self._socket.settimeout(max(deadline - time.monotonic(), 0.001))
-                # the handshake as a whole is bounded by the socket's timeout
-                self._socket = agent.ssl_context.wrap_socket(self._socket, server_side=True)
-            hello = FrameSocket(self._socket, HELLO_LIMIT).receive(deadline)
-        except TimeoutError:
-            self._refuse("engine_unavailable", "no hello in time", {"reason": "timeout"})
-            return False
-        token = hello.header.get("token")
-        if hello.kind != "hello" or not isinstance(token, str):
-            self._refuse("engine_unavailable", "expected a hello with a token", {"reason": "hello"})
-            return False
-        if not hmac.compare_digest(token.encode(), agent.token):
-            self._refuse("engine_unavailable", "wrong token", {"reason": "token"})
-            return False
-        protocol = hello.header.get("protocol")
-        if protocol != PROTOCOL:
-            version = sdk_version()
-            self._refuse(
-                "engine_unavailable",
-                f"this agent speaks protocol {PROTOCOL} (mizuoto-sdk {version}), the host "
-                f"{protocol!r} (mizuoto-sdk {hello.header.get('version')}): install the same "
-                "Mizuoto version on both machines",
-                {"reason": "protocol", "protocol": PROTOCOL, "host_protocol": protocol},
-            )
-            return False
-        self._socket.settimeout(None)
-        self._send("ready", agent.ready())
-        return True
-
-    def _starts_tls(self, deadline: float) -> bool:
-        """Whether the host begins a TLS handshake, as this agent expects. A host without
-        ``tls`` sends its hello instead, which is read and refused in plain words it can read
-        (naming the setting to change)."""
-        first = self._socket.recv(1, socket.MSG_PEEK)
-        if not first or first == b"\x16":  # a handshake record; or the host left
-            return True
-        with contextlib.suppress(FrameError, ConnectionClosed, OSError):
-            FrameSocket(self._socket, HELLO_LIMIT).receive(deadline)  # closing unread resets
-        self._refuse(
-            "engine_unavailable",
-            "this agent serves TLS, and the host connected without it",
-            {"reason": "tls"},
-        )
-        return False
 
     def _dispatch(self, frame: Frame) -> None:
         request_id = frame.header.get("id")

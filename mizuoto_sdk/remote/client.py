@@ -2,12 +2,10 @@
 
 ``RemoteReplica`` answers what ``serving.exchange`` and ``serving.handle`` ask of a replica, so a
 remote model's streams, cancels, timeouts and written-back fields behave as a local one's. It
-connects on the first request: hello (token and protocol), ``open`` the engine on the agent's
-device, ``load`` the model (all within ``remote.load_timeout``, or the first request's own
-timeout: past it the call fails with ``operation_timeout`` and the session is closed, which tells
-the agent to drop the model once its load returns); then requests go out exactly as to a worker
-process. A reader thread
-routes the agent's frames to their requests; a watch thread forwards cancels and fails the
+connects on the first request (``remote/handshake.py``: hello, ``open``, ``load``, within
+``remote.load_timeout`` or that request's own timeout); then requests go out exactly as to a
+worker process. A reader thread routes the agent's frames to their requests; a watch thread
+forwards cancels, frees the caller of a stopped request the agent does not answer, and fails the
 session when the agent has been silent for ``heartbeat_timeout`` seconds (it sends a heartbeat
 every few). A lost session fails the requests in flight with ``worker_failed`` (``detail``: the
 host and what was going on) and the replica stays healthy: the next request connects again.
@@ -16,16 +14,16 @@ host and what was going on) and the replica stays healthy: the next request conn
 from __future__ import annotations
 
 import logging
-import ssl
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mizuoto_sdk.errors import EngineError, EngineUnavailable, OperationTimeoutError, WorkerFailed
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, WorkerFailed
 from mizuoto_sdk.frames import Frame, FrameError, error_from_frame
+from mizuoto_sdk.remote.handshake import Deadline, open_session, session_detail, session_failed
 from mizuoto_sdk.remote.hosts import RemoteHost, sdk_version
-from mizuoto_sdk.remote.wire import PROTOCOL, ConnectionClosed, FrameSocket, PeerSpeaksTLS
+from mizuoto_sdk.remote.wire import ConnectionClosed, FrameSocket
 from mizuoto_sdk.request import EngineRequest
 from mizuoto_sdk.serving.inflight import InFlight, Pending
 from mizuoto_sdk.serving.routing import ReplicaStatus
@@ -44,17 +42,6 @@ class _Session:
         self.last_seen = time.monotonic()
         self.done = threading.Event()
         self.threads: list[threading.Thread] = []
-
-
-class _Deadline:
-    """When a session's start must be done by, and which limit says so."""
-
-    def __init__(self, seconds: float, setting: str | None) -> None:
-        self.seconds, self.setting = seconds, setting
-        self.at = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return self.at - time.monotonic()
 
 
 class RemoteReplica:
@@ -117,11 +104,7 @@ class RemoteReplica:
         a start past ``remote.load_timeout`` or ``timeout`` (a request's, when it starts the
         session) as ``operation_timeout``, and the session is closed.
         """
-        load_timeout = self.host.load_timeout
-        if timeout is not None and timeout < load_timeout:
-            deadline = _Deadline(timeout, None)
-        else:
-            deadline = _Deadline(load_timeout, "remote.load_timeout")
+        deadline = Deadline.start(self.host, timeout)
         with self._start_lock:
             if self._closed.is_set():
                 raise self._closed_error()
@@ -151,89 +134,11 @@ class RemoteReplica:
                 session.threads.append(thread)
                 thread.start()
 
-    def _connect(self, deadline: _Deadline) -> _Session:
-        token = self.host.token()
-        try:
-            sock = self.host.connect()
-        except (OSError, ValueError) as error:
-            handshake = isinstance(error, ssl.SSLError | ConnectionResetError)
-            if self.host.tls and handshake and not isinstance(error, ssl.SSLCertVerificationError):
-                raise self._tls_mismatch(expects_tls=False, seen=str(error)) from None
-            raise self._failed(
-                f"cannot connect to {self.host.address}: {error}", "connect"
-            ) from None
-        wire = FrameSocket(sock)
-        try:
-            wire.send("hello", {"protocol": PROTOCOL, "token": token, "version": sdk_version()})
-            ready = self._expect(wire, "ready", "hello", deadline)
-            theirs = ready.header.get("protocol")
-            if theirs != PROTOCOL:
-                raise EngineUnavailable(
-                    f"the agent {self.host.name} ({self.host.address}) speaks protocol {theirs!r} "
-                    f"(Mizuoto {ready.header.get('version')}), this host protocol {PROTOCOL} "
-                    f"(Mizuoto {sdk_version()}): install the same Mizuoto version on both machines",
-                    self._detail(reason="protocol", protocol=theirs, expected=PROTOCOL),
-                )
-            self.agent = dict(ready.header)
-            wire.send("open", {"engine": self._engine_id, "device": self._device})
-            self._expect(wire, "result", "open", deadline)
-            wire.send("load", self._load)
-            self.metadata = dict(self._expect(wire, "result", "load", deadline).header)
-            sock.settimeout(None)
-        except BaseException:
-            wire.close()
-            raise
+    def _connect(self, deadline: Deadline) -> _Session:
+        wire, self.agent, self.metadata = open_session(
+            self.host, self._engine_id, self._device, self._load, deadline
+        )
         return _Session(wire)
-
-    def _expect(self, wire: FrameSocket, kind: str, during: str, deadline: _Deadline) -> Frame:
-        """The agent's answer to ``during`` (heartbeats skipped), by ``deadline``; its refusal
-        or error raised."""
-        while True:
-            left = deadline.left()
-            if left <= 0:
-                raise self._late(during, deadline)
-            wire.socket.settimeout(min(self.host.heartbeat_timeout, left))
-            try:
-                frame = wire.receive()
-            except TimeoutError:
-                if deadline.left() <= 0:
-                    raise self._late(during, deadline) from None
-                raise self._failed(
-                    f"the agent sent nothing for {self.host.heartbeat_timeout:g} s "
-                    "(remote.heartbeat_timeout)",
-                    during,
-                ) from None
-            except ConnectionClosed:
-                raise self._failed("the agent closed the connection", during) from None
-            except PeerSpeaksTLS:
-                raise self._tls_mismatch(expects_tls=True) from None
-            except ConnectionResetError as error:
-                if during == "hello" and not self.host.tls:
-                    raise self._tls_mismatch(expects_tls=True, seen=str(error)) from None
-                raise self._failed(f"the connection failed: {error}", during) from None
-            except (OSError, FrameError) as error:
-                raise self._failed(f"the connection failed: {error}", during) from None
-            if frame.kind == "heartbeat":
-                continue
-            if frame.kind in ("refused", "error"):
-                try:
-                    answer = error_from_frame(frame)
-                except FrameError as malformed:
-                    raise self._failed(str(malformed), during) from None
-                answer.detail.setdefault("host", self.host.name)
-                if answer.detail.get("reason") == "tls":
-                    raise self._tls_mismatch(expects_tls=True)
-                if frame.kind == "refused":  # say whose refusal, and what to check
-                    fix = _REFUSAL_FIXES.get(str(answer.detail.get("reason")), "")
-                    answer = type(answer)(
-                        f"agent {self.host.name!r} at {self.host.address} refused the connection: "
-                        f"{answer.message}{fix.format(name=self.host.name)}",
-                        answer.detail,
-                    )
-                raise answer
-            if frame.kind != kind:
-                raise self._failed(f"the agent sent {frame.kind} where {kind} was due", during)
-            return frame
 
     def _read(self, session: _Session) -> None:
         """Route the agent's frames to their requests until the connection ends."""
@@ -415,44 +320,7 @@ class RemoteReplica:
                     thread.join(5.0)
 
     def _failed(self, reason: str, during: str) -> WorkerFailed:
-        return WorkerFailed(
-            f"{self._engine_id}: the agent {self.host.name} ({self.host.address}) failed during "
-            f"{during}: {reason}",
-            self._detail(during=during, reason=reason),
-        )
-
-    def _late(self, during: str, deadline: _Deadline) -> OperationTimeoutError:
-        """The start ran past its deadline: the caller is told so; closing the connection tells
-        the agent, which drops what it loaded for this session once its load returns."""
-        limit = f"{deadline.setting} = {deadline.seconds:g} s" if deadline.setting else None
-        message = (
-            f"{self._engine_id}: the agent {self.host.name} ({self.host.address}) had not "
-            f"finished {during} within {limit or f'the request timeout of {deadline.seconds:g} s'}"
-        )
-        detail = self._detail(during=during, reason="timeout", timeout=deadline.seconds)
-        if deadline.setting:
-            detail["field"] = deadline.setting
-        return OperationTimeoutError(message, detail)
-
-    def _tls_mismatch(self, *, expects_tls: bool, seen: str = "") -> EngineUnavailable:
-        """The host and the agent disagree on TLS (``expects_tls``: the agent does)."""
-        field = f"remote.hosts.{self.host.name}.tls"
-        where = f"the agent {self.host.name!r} at {self.host.address}"
-        if expects_tls:
-            said = f" (the connection: {seen})" if seen else ""
-            message = (
-                f"{where} expects TLS{said}, and this host connected without it: set {field} = "
-                f"true (and remote.hosts.{self.host.name}.tls_ca to the agent's certificate "
-                "when it is self-signed)"
-            )
-        else:
-            message = (
-                f"{where} did not complete a TLS handshake ({seen}): if it was started without "
-                f"--tls-cert it serves plain TCP; then set {field} = false, or restart it with "
-                "--tls-cert and --tls-key"
-            )
-        detail = self._detail(field=field, reason="tls", agent_tls=expects_tls)
-        return EngineUnavailable(message, detail)
+        return session_failed(self.host, self._engine_id, reason, during)
 
     def _closed_error(self) -> EngineUnavailable:
         return EngineUnavailable(
@@ -460,15 +328,4 @@ class RemoteReplica:
         )
 
     def _detail(self, **fields: object) -> dict[str, object]:
-        return {
-            "engine": self._engine_id,
-            "host": self.host.name,
-            "address": self.host.address,
-            **fields,
-        }
-
-
-_REFUSAL_FIXES = {
-    "token": "; check that remote.hosts.{name}.token_file holds the agent's --token-file secret",
-    "timeout": "; the hello came too late: check the address and the network",
-}
+        return session_detail(self.host, self._engine_id, **fields)

@@ -31,7 +31,7 @@ from mizuoto_sdk.errors import (
 from mizuoto_sdk.frames import FrameError, encode
 from mizuoto_sdk.host import RuntimeService
 from mizuoto_sdk.host.settings import Settings
-from mizuoto_sdk.remote import client
+from mizuoto_sdk.remote import client, handshake
 from mizuoto_sdk.remote.wire import ConnectionClosed, FrameSocket
 from mizuoto_sdk.request import EngineRequest
 from mizuoto_sdk.serving import exchange
@@ -209,7 +209,7 @@ def test_a_wrong_token_is_refused_clearly(agent: AgentProcess, tmp_path: Path) -
 def test_an_agent_refuses_another_protocol(
     agent: AgentProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client, "PROTOCOL", 1)
+    monkeypatch.setattr(handshake, "PROTOCOL", 1)
     with service(agent.settings("faulty")) as host, pytest.raises(EngineUnavailable) as refused:
         host.load("faulty").call("echo", {})
     assert refused.value.detail["reason"] == "protocol"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import numpy as np
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from mizuoto_sdk.errors import ERROR_CODES, EngineError, error_from_code
 from mizuoto_sdk.frames import (
     KINDS,
+    MAX_DEPTH,
     FrameError,
     audio_fields,
     audio_from_fields,
@@ -154,3 +156,16 @@ def test_an_error_frame_without_a_known_code_is_malformed():
     assert isinstance(
         error_from_frame(decode(error_frame(detail_json_cannot_hold))).detail["path"], str
     )
+
+
+def test_a_header_nested_past_the_limit_is_a_frame_error_not_a_recursion_error():
+    # What a user saw: a header 20,000 arrays deep raised an uncaught RecursionError.
+    deep = b'{"a":' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    with pytest.raises(FrameError, match=f"deeper than {MAX_DEPTH}"):
+        decode(_frame(KINDS["hello"], deep))
+    just = {"a": json.loads("[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1))}  # the object is one
+    assert decode(encode("result", just)).header == just
+    with pytest.raises(ValueError, match="deeper than"):
+        encode("result", {"a": just})
+    wide = {"text": "[" * 5000 + '\\"{' * 100, "list": [[1, 2]] * 200}  # brackets, not deep
+    assert decode(encode("request", wide)).header == wide

@@ -412,7 +412,8 @@ def test_a_hung_remote_load_ends_at_the_load_timeout(agent: AgentProcess) -> Non
     host = client.RemoteHost(
         "box", f"127.0.0.1:{agent.port}", str(agent.token_file), load_timeout=0.5
     )
-    load = {"model": "default", "options": {"load_delay": 3.0}}
+    # not the options of the test above: a model, and a load, of its own
+    load = {"model": "default", "options": {"load_delay": 2.5}}
     replica = client.RemoteReplica(host, engine_id="faulty", device="cpu", load=load)
     try:
         with pytest.raises(OperationTimeoutError) as caught:

@@ -140,6 +140,8 @@ def remote_model(
         tls=bool(fields["tls"]),
         tls_ca=None if fields["tls_ca"] is None else str(fields["tls_ca"]),
         heartbeat_timeout=float(settings.get("remote.heartbeat_timeout")),
+        load_timeout=float(settings.get("remote.load_timeout")),
+        stop_timeout=float(settings.get("host.stop_timeout")),
     )
     entry = manifest.model(model or settings.engine(engine_id, "model"))
     load = {"model": entry.id, "dtype": dtype, "variant": variant, "options": dict(options)}

@@ -408,21 +408,16 @@ def test_a_hung_remote_load_ends_at_the_requests_timeout(agent: AgentProcess, si
     assert caught.value.detail["host"] == "box"
 
 
-def test_a_hung_remote_load_ends_at_the_load_timeout(agent: AgentProcess) -> None:
-    host = client.RemoteHost(
-        "box", f"127.0.0.1:{agent.port}", str(agent.token_file), load_timeout=0.5
-    )
-    # not the options of the test above: a model, and a load, of its own
-    load = {"model": "default", "options": {"load_delay": 2.5}}
-    replica = client.RemoteReplica(host, engine_id="faulty", device="cpu", load=load)
-    try:
+def test_a_hung_remote_load_ends_at_the_load_timeout(agent: AgentProcess, site: None) -> None:
+    settings = agent.settings("faulty", **{"remote.load_timeout": 0.5})
+    with service(settings) as host:
+        # not the options of the test above: a model, and a load, of its own
+        model = host.load("faulty", "default", options={"load_delay": 2.5})
         with pytest.raises(OperationTimeoutError) as caught:
-            replica.start()
+            model.call("echo", {})  # no timeout of its own: the setting bounds the load
         assert caught.value.detail["field"] == "remote.load_timeout"
         assert "remote.load_timeout = 0.5 s" in caught.value.message
-        assert replica.status().state == "stopped"  # the session was closed: the next connects
-    finally:
-        replica.close()
+        assert model.replicas[0].state in ("stopped", "failed")  # the next call connects again
 
 
 def test_remote_load_timeout_is_a_setting() -> None:

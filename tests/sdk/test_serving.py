@@ -307,6 +307,10 @@ def test_a_killed_host_s_workers_end_their_calls_and_the_engines_children(site, 
         pids = [int(pid) for pid in host.stdout.readline().split()]
         child = int(wait_until(lambda: read_marker(tmp_path, "child"), 30, "the engine's child"))
         assert running(child) and not (tmp_path / "finally.pid").exists()
+        # the workers (and so the engine's child) write their output to stderr, not the host's
+        outputs = {os.readlink(f"/proc/{pid}/fd/1") for pid in [*pids, child]}
+        assert outputs == {os.readlink(f"/proc/{host.pid}/fd/2")}
+        assert os.readlink(f"/proc/{host.pid}/fd/1") not in outputs
     finally:
         host.send_signal(signal.SIGKILL)
         host.wait(timeout=30)

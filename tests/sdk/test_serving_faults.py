@@ -122,7 +122,7 @@ def test_close_ends_a_start_in_progress_and_kills_its_worker(site):
             except EngineUnavailable as error:
                 failures.append(error)
 
-        starter = threading.Thread(target=start)
+        starter = threading.Thread(target=start, daemon=True)
         starter.start()
         (pid,) = wait_until(lambda: spawned_children() - before, START, "its worker spawned")
         closing = time.monotonic()

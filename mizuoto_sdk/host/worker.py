@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from mizuoto_runtime.process import kill_children
 from mizuoto_sdk.discovery import Discovery
@@ -175,7 +175,7 @@ class _Stop:
             kill_children()
             self._done.set()
 
-    def orphaned(self) -> None:
+    def orphaned(self) -> NoReturn:
         """The parent is gone: stop as asked to, then exit (no one is owed a tidy end)."""
         self._send.mute()
         self.now()

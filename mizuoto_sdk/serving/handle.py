@@ -117,7 +117,9 @@ class ReplicatedModel:
             self.closed = True
             self._submitter.close()
             closers = [
-                threading.Thread(target=replica.close, name=f"mizuoto-close-{replica.id}")
+                threading.Thread(
+                    target=replica.close, name=f"mizuoto-close-{replica.id}", daemon=True
+                )
                 for replica in self._replicas
             ]
             for closer in closers:

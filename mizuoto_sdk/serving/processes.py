@@ -59,6 +59,10 @@ def run_worker(target: str, connection: Connection, config: Mapping[str, Any]) -
     getattr(importlib.import_module(module), name)(connection, config)
 
 
+KILL_WAIT = 5.0
+"""Seconds to wait for a killed worker to be reaped."""
+
+
 class Worker:
     """One started worker process and the parent's end of its pipe."""
 
@@ -186,18 +190,20 @@ def free_port() -> int:
 
 
 def stop_workers(workers: Sequence[Worker], grace: float) -> None:
-    """Wait ``grace`` seconds in all for ``workers`` to exit, then terminate, then kill; close
-    pipes."""
+    """Wait ``grace`` seconds in all for ``workers`` to exit, then kill them; close pipes.
+
+    A worker has been asked to stop (``shutdown``) when it is given a grace, and handles no
+    signal: SIGTERM would end it as SIGKILL does, except one stopped with SIGSTOP, which only
+    SIGKILL ends."""
     workers = [w for w in workers if not w.stopped]
     deadline = time.monotonic() + grace
     for worker in workers:
         worker.process.join(max(0.0, deadline - time.monotonic()))
-    for step in ("terminate", "kill"):
-        alive = [w for w in workers if w.process.is_alive()]
-        for worker in alive:
-            getattr(worker.process, step)()
-        for worker in alive:
-            worker.process.join(2.0)
+    alive = [w for w in workers if w.process.is_alive()]
+    for worker in alive:
+        worker.process.kill()
+    for worker in alive:
+        worker.process.join(KILL_WAIT)
     for worker in workers:
         worker.stopped = True
         worker.connection.close()

@@ -393,9 +393,9 @@ class ProcessReplica:
 
     def close(self) -> None:
         """Stop the workers: each is told to stop its calls within ``stop_timeout`` seconds
-        and exit, and what is left then is terminated, then killed; a start in progress ends
-        at once, its workers killed. In-flight requests fail with ``engine_unavailable``.
-        Idempotent; a second close returns once the first has stopped the workers."""
+        and exit, and what is left then is killed; a start in progress ends at once, its
+        workers killed. In-flight requests fail with ``engine_unavailable``. Idempotent; a
+        second close returns once the first has stopped the workers."""
         with self._lock:
             if self._closed.is_set():
                 closing = True

@@ -71,12 +71,14 @@ class RemoteModel(ReplicatedModel):
         header: dict[str, object] = {"capability": "prepare_voice", "audio": fields}
         request = self._request(request, header)
         target, staging = self._stage(Path(os.path.abspath(voice_dir)), "voice_dir")
+        self._begin(request)  # counted, so that a retired model closes after it, not before
         try:
             frame = exchange.run(self._route(), header, payload, request, files=_Receiver(staging))
             with contextlib.suppress(FileNotFoundError):
                 target.rmdir()
             os.replace(staging, target)
         finally:
+            self._end()
             shutil.rmtree(staging, ignore_errors=True)
         value = frame.header.get("value")
         return dict(value) if isinstance(value, dict) else {}

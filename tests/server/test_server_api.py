@@ -333,6 +333,28 @@ def test_load_lists_unload_removes_and_an_unknown_name_is_refused(server: Runnin
     assert unknown.status_code == 400 and unknown.json()["detail"]["field"] == "model"
 
 
+def test_every_spelling_of_the_cpu_loads_one_model_and_a_bad_device_is_named(
+    server: RunningServer,
+) -> None:
+    names = set()
+    for device in ("cpu", "cpu:0", "cpu:7", "cpu:01"):  # a 500, a 503 and three copies before
+        loaded = server.client.post(
+            "/api/v1/runtime/load", json={"engine": "faulty", "device": device}
+        )
+        assert loaded.status_code == 200, loaded.text
+        names.add(loaded.json()["model"])
+    assert len(names) == 1
+    models = server.client.get("/api/v1/runtime").json()["models"]
+    assert [m["name"] for m in models if m["engine"] == "faulty"] == list(names)
+    for device in ("cpu:x", "gpu", "cuda:-1"):
+        refused = server.client.post(
+            "/api/v1/runtime/load", json={"engine": "faulty", "device": device}
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["code"] == "invalid_request"
+        assert refused.json()["detail"]["field"] == "device"
+
+
 def test_a_busy_model_is_not_unloaded_until_its_call_ends(server: RunningServer) -> None:
     body = {"engine": "faulty", "text": "x", "seed": 1, "params": HANG_AFTER_FIRST}
     with server.client.stream("POST", "/api/v1/synthesize", json=body) as answer:

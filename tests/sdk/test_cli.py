@@ -211,6 +211,10 @@ def test_synth_with_an_engine_that_cannot_be_used_says_why(
     assert list(tmp_path.iterdir()) == []
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("stop", "said"), [(signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")]
 )
@@ -222,6 +226,9 @@ def test_a_signal_during_synth_removes_the_unfinished_file_and_says_one_line(tmp
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **fixture_env(FAULTS)},
+        # A shell runs a background job with SIGINT ignored, and the child would inherit that
+        # (Python then installs no handler): the command must see the signal as a terminal sends it.
+        preexec_fn=_default_sigint,
     )
     try:
         for line in process.stderr:  # the engine says when it is inside synthesize

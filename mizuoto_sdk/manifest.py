@@ -186,6 +186,16 @@ def _check_api_version(
     parse_api_version(value)
 
 
+def _check_max_concurrency(
+    instance: object, attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(
+            "max_concurrency: expected a whole number >= 1 (calls one loaded model runs at once), "
+            f"or None for no limit; got {value!r}"
+        )
+
+
 def _check_sample_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ValueError(f"sample_text: expected some words, or None; got {value!r}")
@@ -211,6 +221,10 @@ class EngineManifest:
     ``parallel_domains`` names the parts of ``mizuoto_sdk.parallel.PARALLEL_DOMAINS`` the engine
     can split across ranks (``("dense", "attention")``); a config that splits any other is
     refused before a worker starts. None declared: one rank per replica.
+    ``max_concurrency`` is how many calls one loaded model may run at once (None: any number).
+    An engine around a library that is not thread-safe declares 1: every host (inline, worker,
+    agent, server) then queues the calls of each loaded model, a stream holding its turn from its
+    first chunk to its end; a queued call's cancel and timeout still end it.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -231,6 +245,7 @@ class EngineManifest:
     programs: tuple[Program, ...] = attrs.field(default=(), converter=programs_of)
     libraries: tuple[Library, ...] = attrs.field(default=(), converter=libraries_of)
     parallel_domains: tuple[str, ...] = attrs.field(default=(), converter=_parallel_domains)
+    max_concurrency: int | None = attrs.field(default=None, validator=_check_max_concurrency)
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

@@ -63,11 +63,13 @@ class Call:
         compute: ComputeSettings,
         fail: Callable[[BaseException], EngineError],
         open_calls: OpenCalls | None = None,
+        turns: threading.Semaphore | None = None,
     ) -> None:
         """``params`` are the request's as the manifest checked them; ``runtime`` is None for
         an engine that declares ``uses_torch=False`` (no torch, no memory manager); ``fail``
         turns what engine code raised into the coded error the caller sees; ``open_calls``
-        lists the call while it runs, for the host's stop."""
+        lists the call while it runs, for the host's stop; ``turns`` (the model's
+        ``max_concurrency``) is taken before the call begins and given back when it ends."""
         self.target = target
         self.request = request
         self.capability = capability
@@ -89,6 +91,8 @@ class Call:
         self._done = threading.Event()
         self._watcher: threading.Thread | None = None
         self._open_calls = open_calls
+        self._turns = turns
+        self._has_turn = False
         # A stream's engine generator, stepped by the caller's thread or closed by a stop: one
         # at a time (a generator cannot be closed while it runs).
         self._steps = threading.Lock()
@@ -102,6 +106,28 @@ class Call:
 
     def __enter__(self) -> Call:
         self._started = time.perf_counter()
+        if self._turns is not None:
+            self._wait_for_turn()
+        try:
+            return self._begin()
+        except BaseException:
+            self._give_back_turn()
+            raise
+
+    def _wait_for_turn(self) -> None:
+        """Queue behind the model's other calls (``max_concurrency``); the request's cancel and
+        timeout end the wait as they would end the call."""
+        assert self._turns is not None
+        while not self._turns.acquire(timeout=WATCH_INTERVAL):
+            self.check_cancel()
+        self._has_turn = True
+
+    def _give_back_turn(self) -> None:
+        if self._has_turn and self._turns is not None:
+            self._has_turn = False
+            self._turns.release()
+
+    def _begin(self) -> Call:
         # The engine this call runs on: loaded again if the model was unloaded since the
         # caller got the handle, and kept loaded until the call ends.
         self.loaded_engine = self.target.begin_call()
@@ -128,8 +154,11 @@ class Call:
         self.request.applied.update(self.ctx.applied)
         self.request.warnings.extend(self.ctx.warnings)
         self.request.timings.update(self.ctx.timings)
-        self._held.close()
-        self.target.end_call()
+        try:
+            self._held.close()
+            self.target.end_call()
+        finally:
+            self._give_back_turn()
 
     def _watch(self) -> None:
         deadline = None if self.request.timeout is None else self._started + self.request.timeout

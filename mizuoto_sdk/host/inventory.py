@@ -35,6 +35,7 @@ class EngineRow(TypedDict):
     missing_programs: list[Missing]
     params: list[dict[str, object]]
     parallel_domains: list[str]
+    max_concurrency: int | None
     api_version: str | None
     uses_torch: bool | None
     entry_point: str
@@ -110,6 +111,7 @@ def _row(record: EngineRecord) -> EngineRow:
         "missing_programs": missing_requirements(manifest) if manifest else [],
         "params": [param.describe() for param in manifest.params] if manifest else [],
         "parallel_domains": list(manifest.parallel_domains) if manifest else [],
+        "max_concurrency": manifest.max_concurrency if manifest else None,
         "api_version": manifest.api_version if manifest else None,
         "uses_torch": manifest.uses_torch if manifest else None,
         "entry_point": record.entry_point,

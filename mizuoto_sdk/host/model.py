@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Generator, Mapping
@@ -100,6 +101,8 @@ class LocalModel:
         self._reasons = reasons
         self._active = 0
         self.closed = False
+        limit = engine.manifest.max_concurrency  # calls at once; the rest queue for a turn
+        self._turns = threading.BoundedSemaphore(limit) if limit is not None else None
         # submit runs calls one at a time, in order, on one thread of the model
         self._submitter = Submitter(self, workers=1, name=self.name)
 
@@ -262,6 +265,7 @@ class LocalModel:
                 compute=settings.compute,
                 fail=self._fail,
                 open_calls=self.engine.open_calls,
+                turns=self._turns,
             )
         except EngineError as error:
             raise self._fail(error) from None

@@ -79,13 +79,13 @@ class Progress:
 
     def _line(self, now: float, *, final: bool) -> str:
         unit = f" {self._message}" if self._message else ""
-        done = f"{self._done:g}"
+        done = _amount(self._done)
         if final:
             return f"done: {done}{unit} ({now:.1f} s)"
         if not self._total:
             return f"progress {done}{unit} ({now:.1f} s)"
         share = min(max(self._done / self._total, 0.0), 1.0)
-        amount = f"{done}/{self._total:g}{unit}"
+        amount = f"{done}/{_amount(self._total)}{unit}"
         if not self.terminal:
             return f"progress {amount} {share:.0%} ({now:.1f} s)"
         filled = round(share * _WIDTH)
@@ -100,3 +100,10 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+
+def _amount(value: float) -> str:
+    """A count as a person reads it: whole numbers whole (13230000, not 1.323e+07)."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.{max(3, len(str(int(value))))}g}"

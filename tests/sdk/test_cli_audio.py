@@ -218,3 +218,16 @@ def test_synth_to_stdout_through_a_real_process(tmp_path):
     (tmp_path / "piped.wav").write_bytes(done.stdout)
     assert read_wav(tmp_path / "piped.wav").duration > 0
     assert b"wrote standard output" in done.stderr and b"timings:" in done.stderr
+
+
+def test_progress_off_a_terminal_prints_large_counts_whole():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, delay=0.0, every_line=0.0, clock=clock)
+    progress(6615000.0, 13230000.0, "samples")
+    progress(13230000, None, "samples")
+    progress(2.5, 10, "seconds")
+    assert out.getvalue().splitlines() == [
+        "progress 6615000/13230000 samples 50% (0.0 s)",
+        "progress 13230000 samples (0.0 s)",
+        "progress 2.5/10 seconds 25% (0.0 s)",
+    ]

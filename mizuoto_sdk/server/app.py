@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from mizuoto_sdk.audio import parse_wav
-from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, Unsupported
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 from mizuoto_sdk.server.access import Access
 from mizuoto_sdk.server.answers import answer_class, jsonable, public_error
@@ -301,8 +301,9 @@ def _routes(
 
         def prepare() -> dict[str, Any]:
             recording = parse_wav(audio, "audio", "the request body")
+            params: dict[str, Any] = {} if seed is None else {"seed": seed}
+            _check_request(service, engine, "prepare_voice", params, model)
             served = service.load(engine, model)
-            params = {} if seed is None else {"seed": seed}
             result = served.prepare_voice(recording, folder, EngineRequest(params=params))
             voice = f"{engine}/{name}"  # found in the voices folder, one of voices.roots
             return {"name": name, "voice": voice, "result": jsonable(result or {})}
@@ -356,8 +357,29 @@ def _prepare(service: RuntimeService, body: SynthesisBody) -> tuple[Any, EngineR
         params["seed"] = body.seed
     if not body.text.strip():
         raise InvalidRequest("text: is empty; give the words to synthesize", {"field": "text"})
+    _check_request(service, body.engine, "synthesize", params, body.model)
     model = service.load(body.engine, body.model, device=body.device)
     return model, EngineRequest(params=params)
+
+
+def _check_request(
+    service: RuntimeService,
+    engine: str,
+    capability: str,
+    params: dict[str, Any],
+    model: str | None,
+) -> None:
+    """Refuse a request the engine would refuse, before its model loads: a refused request must
+    cost no memory and no loading time (the host checks the same again when the call begins)."""
+    manifest = service.discovery.manifest(engine)
+    if capability not in manifest.capabilities:
+        raise Unsupported(
+            f"engine {engine!r} does not support {capability}; it supports "
+            f"{', '.join(manifest.capabilities)}",
+            {"capability": capability},
+        )
+    manifest.model(model)
+    manifest.check_params(params)
 
 
 def _unloadable(service: RuntimeService) -> set[str]:

@@ -400,6 +400,38 @@ def test_a_voice_prepared_over_http_is_used_by_a_synthesis(server: RunningServer
 
 
 @pytest.mark.parametrize(
+    ("body", "code", "field"),
+    [
+        ({"params": {"chunks": 0}}, "invalid_request", "params.chunks"),
+        ({"params": {"chunk": 2}}, "invalid_request", "params.chunk"),
+        ({"model": "nope"}, "invalid_request", "model"),
+    ],
+    ids=["bad-value", "unknown-param", "unknown-model"],
+)
+def test_a_refused_synthesis_loads_no_model(
+    server: RunningServer, body: dict[str, object], code: str, field: str
+) -> None:
+    answer = server.client.post(
+        "/api/v1/synthesize", json={"engine": "ranked", "text": "x", **body}
+    )
+    assert answer.status_code == 400, answer.text
+    assert (answer.json()["code"], answer.json()["detail"]["field"]) == (code, field)
+    assert model_state(server, "ranked") == []  # no other test of the server loads ranked
+
+
+def test_a_refused_voice_upload_loads_no_model(server: RunningServer) -> None:
+    answer = server.client.post(
+        "/api/v1/voices",
+        params={"engine": "ranked", "name": "me"},  # ranked does not prepare voices
+        content=wav_recording(),
+        headers={"content-type": "audio/wav"},
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == "capability_not_supported"
+    assert model_state(server, "ranked") == []
+
+
+@pytest.mark.parametrize(
     ("name", "content", "field"),
     [("../up", None, "name"), (".hidden", None, "name"), ("ok", b"not a wav", "audio")],
 )

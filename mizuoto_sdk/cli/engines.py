@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shlex
+import textwrap
 import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
@@ -68,6 +69,8 @@ def engines(args: argparse.Namespace) -> int:
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
     for row in rows:
+        if row["params"]:
+            print(_params_line(str(row["id"]), row["params"]))
         missing = [e["requirement"] for e in row["extras"] if not e["installed"]]
         if missing:
             print(f"  {row['id']}: optional extras not installed: {_pip_install(missing)}")
@@ -78,6 +81,27 @@ def engines(args: argparse.Namespace) -> int:
         if row["error"]:
             print(f"  {row['id']} ({row['status']}): {str(row['error']).splitlines()[0]}")
     return 0
+
+
+def _params_line(engine_id: str, params: list[dict[str, object]]) -> str:
+    """``  ENGINE: params: name=default, name, ...`` (a name alone: no default), wrapped to 100
+    columns; each value as ``--param NAME=VALUE`` takes it. ``--json`` has their types and
+    ranges."""
+    shown = []
+    for param in params:
+        default = param["default"]
+        if default is None:
+            shown.append(str(param["name"]))
+        else:
+            text = str(default).lower() if isinstance(default, bool) else str(default)
+            shown.append(f"{param['name']}={text}")
+    return textwrap.fill(
+        ", ".join(shown),
+        width=100,
+        initial_indent=f"  {engine_id}: params: ",
+        subsequent_indent="    ",
+        break_on_hyphens=False,
+    )
 
 
 def _pip_install(requirements: list[str]) -> str:

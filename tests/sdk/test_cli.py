@@ -68,6 +68,22 @@ def test_engines_table(capsys):
     )
 
 
+def test_engines_table_lists_each_engines_params_with_their_defaults(
+    host_engine, monkeypatch, capsys
+):
+    monkeypatch.setenv("MIZUOTO_PLUGINS", "mizuoto-fixture-host,mizuoto-engine-sine")
+    assert main(["engines"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  sine: params: speed=1.0" in lines
+    assert (
+        "  declared: params: mode=tones, chunks=3, level=0.5, loud=false, style=plain, voice"
+        in lines
+    )
+    assert not any(line.startswith("  hosted: params") for line in lines)  # declares none
+    below = [line for line in lines if line.startswith(" ")]
+    assert below and all(len(line) <= 100 for line in below)
+
+
 def test_synth_is_deterministic_under_a_seed_and_writes_a_valid_wav(tmp_path, capsys):
     paths = [tmp_path / f"{name}.wav" for name in ("a", "b", "c")]
     for path, seed in zip(paths, ("7", "7", "8"), strict=True):

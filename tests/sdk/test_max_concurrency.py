@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -88,3 +92,25 @@ def test_max_concurrency_is_a_whole_number_from_one(value):
             capabilities=["synthesize"],
             max_concurrency=value,
         )
+
+
+@pytest.mark.parametrize(
+    ("engine", "status"), [("unsafe", "passed"), ("unsafe-unlimited", "failed")]
+)
+def test_the_contract_passes_the_declared_engine_and_catches_the_undeclared_one(
+    engine, status, tmp_path
+):
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "mizuoto_contract", engine]
+    env = {**os.environ, "PYTHONPATH": str(SITE), "MIZUOTO_PLUGINS": "mizuoto-fixture-unsafe"}
+    subprocess.run(
+        [*command, "--check", "determinism.concurrent", "--json", str(report)],
+        env=env,
+        timeout=300,
+        capture_output=True,
+        check=False,
+    )
+    (engine_report,) = json.loads(report.read_text())["engines"]
+    assert [(c["id"], c["status"]) for c in engine_report["checks"]] == [
+        ("determinism.concurrent", status)
+    ]

@@ -13,8 +13,14 @@ _JOIN_SECONDS = 600.0
 
 
 def _together(subject: Subject, handle: LocalModel, seeds: tuple[int, ...]) -> list[bytes]:
-    """One stream per seed, each on its own thread, pulled in lock step so that they overlap."""
-    barrier = threading.Barrier(len(seeds))
+    """One stream per seed, each on its own thread, pulled in lock step so that they overlap.
+
+    An engine that declares ``max_concurrency`` below the number of streams has the host queue
+    them, a stream keeping its turn until it ends: lock step would wait for a stream that cannot
+    begin, so its streams are only started together, and the host's queue is what is checked.
+    """
+    limit = subject.manifest.max_concurrency
+    barrier = threading.Barrier(len(seeds) if limit is None or limit >= len(seeds) else 1)
     results: list[bytes | None] = [None] * len(seeds)
     errors: list[BaseException | None] = [None] * len(seeds)
 

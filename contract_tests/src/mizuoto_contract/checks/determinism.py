@@ -171,7 +171,8 @@ CHECKS = (
         "(a generator, a cache, a buffer reused in place) mixes them up. Run fully resident and, "
         "for an engine with handles, under a memory budget that streams its layers.",
         "Keep per-call state in locals or the RequestContext; never write to shared modules "
-        "or buffers during a call; guard caches with a lock.",
+        "or buffers during a call; guard caches with a lock. A library that cannot be made "
+        "thread-safe: declare max_concurrency=1 in the manifest, and the host queues the calls.",
         "core",
         concurrent,
         ("streaming",),

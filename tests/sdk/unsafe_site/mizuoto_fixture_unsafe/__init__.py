@@ -10,7 +10,15 @@ import threading
 
 import numpy as np
 
-from mizuoto_sdk import AudioChunk, Engine, EngineManifest, LoadedEngine, ModelEntry, hookimpl
+from mizuoto_sdk import (
+    AudioChunk,
+    Engine,
+    EngineManifest,
+    InvalidRequest,
+    LoadedEngine,
+    ModelEntry,
+    hookimpl,
+)
 
 BUFFER = np.zeros(4, np.float32)  # the library's global state
 INSIDE = [0]
@@ -43,11 +51,13 @@ def _leave() -> None:
 
 class _Loaded(LoadedEngine):
     def synthesize(self, text, params, ctx):
-        value = float(len(text))
+        if not text.strip():
+            raise InvalidRequest("text: expected some words", {"field": "text"})
+        value = float(len(text) + (params.get("seed") or 0))
         for _ in range(3):
-            _enter()
+            BUFFER[:] = value  # into the library's one buffer ...
+            _enter()  # ... where another call, inside at the same time, overwrites it
             try:
-                BUFFER[:] = value
                 ctx.check_cancel()
                 samples = BUFFER.copy()
             finally:

@@ -19,7 +19,7 @@ import pytest
 from serving_support import wait_until
 
 from mizuoto_sdk.discovery import Discovery
-from mizuoto_sdk.errors import EngineUnavailable
+from mizuoto_sdk.errors import EngineError, EngineUnavailable
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 
 WITNESS = Path(__file__).parents[1] / "server" / "server_site"
@@ -95,3 +95,49 @@ def test_sigterm_mid_stream_unwinds_the_engine_and_ends_its_child(
         agent.wait()
         agent.stdout.close()
         agent.stderr.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal")
+def test_sigkill_mid_stream_fails_the_stream_and_the_engines_child_dies_with_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No handler of the agent runs: its engine's child dies of its parent-death signal.
+    monkeypatch.syspath_prepend(str(WITNESS))
+    token = tmp_path / "token"
+    token.write_text("a secret long enough for a test\n")
+    path = os.pathsep.join(p for p in (str(WITNESS), os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "mizuoto_sdk.cli", "agent", "--listen", "127.0.0.1:0"]
+    agent = subprocess.Popen(
+        [*command, "--token-file", str(token)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert agent.stdout is not None
+    try:
+        line = agent.stdout.readline()
+        assert line.startswith("mizuoto agent listening on tcp://"), line
+        settings = {
+            "engines.witness.device": "box/cpu",
+            "remote.hosts.box.address": line.strip().rsplit("://", 1)[1],
+            "remote.hosts.box.token_file": str(token),
+        }
+        log = tmp_path / "witness.log"
+        params = {"log": str(log), "child": True, "chunks": 3, "hold_at": 1}
+        discovery = Discovery(path=[str(WITNESS), *sys.path], selection=None)
+        with RuntimeService(settings, discovery) as host:
+            stream = host.load("witness").synthesize("x", EngineRequest(params=params))
+            next(stream)
+            started = wait_until(lambda: logged(log)[:1], 60, "the engine's child started")
+            child = int(started[0].split()[1])
+            assert alive(child)
+            agent.kill()
+            with pytest.raises(EngineError) as lost:
+                next(stream)
+            assert lost.value.code in ("worker_failed", "engine_unavailable")
+        assert agent.wait(60) == -signal.SIGKILL
+        wait_until(lambda: not alive(child), 30, "the engine's child gone")
+    finally:
+        agent.kill()
+        agent.wait()
+        agent.stdout.close()

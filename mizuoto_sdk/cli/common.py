@@ -53,9 +53,10 @@ def add_call_options(parser: argparse.ArgumentParser, *, voice: bool = False) ->
     if voice:
         parser.add_argument(
             "--voice",
-            metavar="PATH",
-            help="a prepared voice (`mizuoto voice prepare`), given as the engine's `voice` "
-            "param; default: the engine's own voice",
+            metavar="VOICE",
+            help="the engine's `voice` param: a prepared voice (`mizuoto voice prepare`), read "
+            "from the current folder when the engine declares `voice` a path, else given as "
+            "is (a voice name); default: the engine's own voice",
         )
     parser.add_argument(
         "--seed",
@@ -116,15 +117,18 @@ def request_params(
     return params
 
 
-def local_voice(settings: Settings, voice: str | None) -> str | None:
-    """``--voice PATH`` as the host receives it: an absolute path (a relative one is read from
-    the current folder), whose folder this run allows in ``voices.roots``.
+def local_voice(settings: Settings, manifest: EngineManifest, voice: str | None) -> str | None:
+    """``--voice VOICE`` as the host receives it. For an engine that declares ``voice`` a
+    ``path``: an absolute path (a relative one is read from the current folder), whose folder
+    this run allows in ``voices.roots``. Any other ``voice`` (a ``str``: a voice name such as
+    ``de``) is given as typed.
 
     ``voices.roots`` keeps requests from reading files their senders choose; at the command line
     the sender is the operator, who names the file themselves.
     """
-    if voice is None:
-        return None
+    declared = {p.name: p.type for p in manifest.params}
+    if voice is None or declared.get("voice") != "path":
+        return voice
     path = os.path.abspath(voice)
     roots = [os.fspath(root) for root in settings.get("voices.roots") or ()]
     settings.set("voices.roots", [*roots, os.path.dirname(path)])

@@ -102,6 +102,15 @@ def messages(target: Path | None, json_: bool) -> TextIO:
     return sys.stderr if target is None or json_ else sys.stdout
 
 
+def applied_record(manifest: EngineManifest, request: EngineRequest) -> dict[str, object]:
+    """What the call applied, as a command reports it: the host seeds every call, but only a
+    ``stochastic`` engine's output depends on its seed, so another engine's report names none
+    (``seed`` null, no ``applied.seed``) rather than a random number that changed nothing."""
+    if manifest.stochastic:
+        return dict(request.applied)
+    return {key: value for key, value in request.applied.items() if key != "seed"}
+
+
 def report(
     args: argparse.Namespace,
     manifest: EngineManifest,
@@ -114,7 +123,8 @@ def report(
     samples, rate, count = audio
     duration = len(samples) / rate
     timings = {"load": load_seconds, **request.timings}
-    seed = request.applied.get("seed") if manifest.stochastic else None
+    applied = applied_record(manifest, request)
+    seed = applied.get("seed")
     progress.finish(f"{duration:.2f} s of audio in {count} chunks")
     if args.json:
         record = {
@@ -124,8 +134,9 @@ def report(
             "sample_rate": rate,
             "chunks": count,
             "seed": seed,
+            "params": request.params,
             "timings": timings,
-            "applied": request.applied,
+            "applied": applied,
             "warnings": request.warnings,
         }
         print(json.dumps(record, default=str))
@@ -170,7 +181,7 @@ def write_audio(
     started = time.perf_counter()
     with RuntimeService(settings=host_settings(args.set)) as service:
         manifest = service.discovery.manifest(args.engine)
-        voice = local_voice(service.settings, args.voice)
+        voice = local_voice(service.settings, manifest, args.voice)
         params = request_params(manifest, args.param, seed=args.seed, voice=voice)
         model = service.load(args.engine, args.model, device=args.device, dtype=args.dtype)
         if not getattr(model, "output", True):  # one rank under a launcher, not the output one

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from mizuoto_sdk.cli.common import add_call_options, request_params
+from mizuoto_sdk.cli.output import applied_record
 from mizuoto_sdk.cli.progress import Progress
 from mizuoto_sdk.cli.settings import add_set_option, host_settings
 
@@ -68,7 +69,7 @@ def prepare_voice(args: argparse.Namespace) -> int:
             "voice": str(args.output),
             "result": result,
             "timings": timings,
-            "applied": request.applied,
+            "applied": applied_record(manifest, request),
             "warnings": request.warnings,
         }
         print(json.dumps(record, default=str))

@@ -41,6 +41,63 @@ def test_params_are_typed_by_the_declaration_and_json_reports_them(fixtures, tmp
     assert isinstance(record["applied"], dict) and record["warnings"] == []
     assert record["seed"] is None  # declared is not stochastic
     assert read_wav(out).samples.shape == (12,)
+    assert record["params"] == {
+        "mode": "echo_params",
+        "level": 1.0,
+        "loud": True,
+        "voice": os.path.abspath("v1"),  # declared a path: read from the current folder
+    }
+
+
+def test_only_a_stochastic_engine_reports_a_seed(fixtures, tmp_path, capsys):
+    for engine, stochastic in (("declared", False), ("sine", True)):
+        argv = ["synth", engine, "hi", "-o", str(tmp_path / f"{engine}.wav"), "--json"]
+        assert main(argv) == 0
+        record = json.loads(capsys.readouterr().out)
+        if stochastic:  # the seed the host drew: the same as applied, and it reproduces the audio
+            assert isinstance(record["seed"], int) and record["seed"] == record["applied"]["seed"]
+        else:  # the output does not depend on a seed: none is reported, in either place
+            assert record["seed"] is None and "seed" not in record["applied"]
+    argv = ["voice", "prepare", "declared", str(tmp_path / "me.wav"), "-o", str(tmp_path / "v")]
+    write_wav(tmp_path / "me.wav", np.zeros(1600, dtype=np.float32), 16000)
+    assert main([*argv, "--json"]) == 0
+    assert "seed" not in json.loads(capsys.readouterr().out)["applied"]
+
+
+@pytest.fixture
+def named_voice(fixtures, tmp_path, monkeypatch):
+    """Engine ``named`` (``mizuoto-fixture-named``): the ``hosted`` engine, declaring its
+    ``voice`` param a ``str`` (a voice name), installed into a site of its own."""
+    site = tmp_path / "named-site"
+    info = site / "mizuoto_fixture_named-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mizuoto-fixture-named\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text("[mizuoto.engines]\nnamed = mizuoto_fixture_named\n")
+    (site / "mizuoto_fixture_named.py").write_text(
+        "from mizuoto_sdk import EngineManifest, ModelEntry, Param, hookimpl\n\n\n"
+        "@hookimpl\n"
+        "def mizuoto_engines():\n"
+        "    return [\n"
+        "        EngineManifest(\n"
+        "            id='named',\n"
+        "            implementation='mizuoto_fixture_host.engine:HostEngine',\n"
+        "            models=[ModelEntry('a')],\n"
+        "            capabilities=['synthesize'],\n"
+        "            devices=['cpu'],\n"
+        "            params=[Param('voice', 'str', 'en', help='a voice name')],\n"
+        "        )\n"
+        "    ]\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("MIZUOTO_PLUGINS", "mizuoto-fixture-host,mizuoto-fixture-named")
+
+
+@pytest.mark.parametrize("option", [["--voice", "de"], ["--param", "voice=de"]])
+def test_a_voice_declared_a_string_is_given_as_typed(named_voice, tmp_path, capsys, option):
+    assert main(["synth", "named", "hi", "-o", str(tmp_path / "a.wav"), "--json", *option]) == 0
+    assert json.loads(capsys.readouterr().out)["params"] == {"voice": "de"}
 
 
 def test_an_engine_without_declared_params_gets_the_text(fixtures, tmp_path, capsys):

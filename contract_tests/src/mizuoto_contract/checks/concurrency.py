@@ -1,33 +1,99 @@
-"""determinism.concurrent: calls at once on one loaded model, resident and with layers streamed."""
+"""determinism.concurrent: calls at once on one loaded model, resident and with layers streamed.
+
+The calls differ in everything a request carries (text, seed, a declared param), as two users'
+requests do: an engine that keeps one request's input where another's can reach it gives one of
+them the other's audio.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator, Mapping
+
+import attrs
 
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.subject import SEED, Subject, differ, join
+from mizuoto_sdk import AudioChunk, EngineError, Param
 from mizuoto_sdk.host import EngineRequest, LocalModel
 
 _JOIN_SECONDS = 600.0
 
 
-def _together(subject: Subject, handle: LocalModel, seeds: tuple[int, ...]) -> list[bytes]:
-    """One stream per seed, each on its own thread, pulled in lock step so that they overlap.
+OTHER_TEXT = "Another caller asks at the same moment, with 42 numbers and 3.5 more."
+"""What the second of two calls at once speaks: calls that share nothing but the model must not
+share their input either, or an engine that mixes up requests passes."""
+
+
+@attrs.frozen
+class Call:
+    """One of the calls made at once: its own text, seed and params."""
+
+    text: str
+    params: Mapping[str, object]
+
+    def stream(self, subject: Subject, handle: LocalModel) -> Iterator[AudioChunk]:
+        method = getattr(handle, subject.capability or "synthesize")
+        return iter(method(*subject.arguments(self.text), EngineRequest(params=dict(self.params))))
+
+    def audio(self, subject: Subject, handle: LocalModel) -> bytes:
+        return join(list(self.stream(subject, handle)))
+
+    def describe(self) -> str:
+        return f"text {self.text[:24]!r}..., params {dict(self.params)}"
+
+
+def _another_value(param: Param) -> object | None:
+    """A valid value of ``param`` other than its default, near it; None where none is safe to
+    pick without knowing the engine (a path, a free string, an unbounded default of None)."""
+    if param.choices is not None:
+        return next((c for c in param.choices if c != param.default), None)
+    if param.type == "bool":
+        return not param.default
+    if param.type not in ("int", "float") or not isinstance(param.default, int | float):
+        return None
+    step = 1 if param.type == "int" else max(abs(param.default) * 0.05, 0.01)
+    for value in (param.default + step, param.default - step):
+        try:
+            param.check(value)
+        except (EngineError, ValueError, TypeError):
+            continue
+        return value
+    return None
+
+
+def calls(subject: Subject) -> tuple[Call, Call]:
+    """The two calls made at once: the sample text and its seed; another text, another seed,
+    and another value of the first declared param that has a safe one."""
+    others: dict[str, object] = {}
+    for param in subject.manifest.params:
+        value = None if param.name == "seed" else _another_value(param)
+        if value is not None:
+            others[param.name] = value
+            break
+    return (
+        Call(subject.text, {"seed": SEED}),
+        Call(OTHER_TEXT, {"seed": SEED + 1, **others}),
+    )
+
+
+def _together(subject: Subject, handle: LocalModel, pair: tuple[Call, ...]) -> list[bytes]:
+    """One stream per call, each on its own thread, pulled in lock step so that they overlap.
 
     An engine that declares ``max_concurrency`` below the number of streams has the host queue
     them, a stream keeping its turn until it ends: lock step would wait for a stream that cannot
     begin, so its streams are only started together, and the host's queue is what is checked.
     """
     limit = subject.manifest.max_concurrency
-    barrier = threading.Barrier(len(seeds) if limit is None or limit >= len(seeds) else 1)
-    results: list[bytes | None] = [None] * len(seeds)
-    errors: list[BaseException | None] = [None] * len(seeds)
+    barrier = threading.Barrier(len(pair) if limit is None or limit >= len(pair) else 1)
+    results: list[bytes | None] = [None] * len(pair)
+    errors: list[BaseException | None] = [None] * len(pair)
 
     def work(index: int) -> None:
         chunks = []
         try:
-            for chunk in subject.stream(handle, EngineRequest(params={"seed": seeds[index]})):
+            for chunk in pair[index].stream(subject, handle):
                 chunks.append(chunk)
                 with contextlib.suppress(threading.BrokenBarrierError):
                     barrier.wait(timeout=_JOIN_SECONDS)
@@ -39,7 +105,7 @@ def _together(subject: Subject, handle: LocalModel, seeds: tuple[int, ...]) -> l
 
     threads = [
         threading.Thread(target=work, args=(i,), name=f"mizuoto-contract-call-{i}", daemon=True)
-        for i in range(len(seeds))
+        for i in range(len(pair))
     ]
     for thread in threads:
         thread.start()
@@ -58,16 +124,17 @@ def _together(subject: Subject, handle: LocalModel, seeds: tuple[int, ...]) -> l
 
 
 def _compare(subject: Subject, handle: LocalModel, how: str) -> None:
-    seeds = (SEED, SEED + 1)
-    serial = [subject.audio(handle, seed) for seed in seeds]
-    together = _together(subject, handle, seeds)
-    for seed, alone, mixed in zip(seeds, serial, together, strict=True):
+    pair = calls(subject)
+    serial = [call.audio(subject, handle) for call in pair]
+    together = _together(subject, handle, pair)
+    for call, alone, mixed in zip(pair, serial, together, strict=True):
         if alone != mixed:
             raise Fail(
-                f"the serial audio of seed {seed} from two calls at once ({how})",
+                f"the serial audio of the call with {call.describe()} from two calls at once "
+                f"({how})",
                 differ(alone, mixed),
             )
-    again = subject.audio(handle, SEED)
+    again = pair[0].audio(subject, handle)
     if again != serial[0]:
         raise Fail(
             f"the first audio from a serial call after the concurrent ones ({how})",

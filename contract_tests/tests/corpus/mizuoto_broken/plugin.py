@@ -32,6 +32,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("determinism.global_rng_independent"),
         broken("determinism.seed_matters"),
         broken("determinism.concurrent"),
+        broken("determinism.concurrent", variant="texts"),
         broken("stream.generator"),
         broken("stream.lazy"),
         broken("stream.chunks_valid"),

@@ -12,7 +12,8 @@ from mizuoto_contract.checks.concurrency import concurrent
 from mizuoto_contract.checks.state import STREAM_OUTPUT
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.registry import Check
-from mizuoto_contract.subject import SEED, Subject, differ, digest
+from mizuoto_contract.subject import SEED, Subject, differ, digest, join
+from mizuoto_sdk.host import EngineRequest
 
 
 @contextlib.contextmanager
@@ -48,6 +49,23 @@ def fresh_loads(subject: Subject) -> None:
     if first != second:
         raise Fail(
             "bitwise-identical audio from two fresh loads with one seed", differ(first, second)
+        )
+
+
+def applied_seed(subject: Subject) -> None:
+    handle = subject.load()
+    request = EngineRequest()  # no seed: the host draws one and reports it
+    unseeded = join(list(subject.stream(handle, request)))
+    seed = request.applied.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise Fail(
+            "the seed an unseeded call used, as an int in request.applied['seed']", repr(seed)
+        )
+    replay = subject.audio(handle, seed)
+    if replay != unseeded:
+        raise Fail(
+            f"the unseeded call's audio again from a call with the seed it reported ({seed})",
+            differ(unseeded, replay),
         )
 
 
@@ -153,6 +171,18 @@ CHECKS = (
         global_rng_independent,
         ("streaming",),
         requires=STREAM_OUTPUT,
+    ),
+    Check(
+        "determinism.applied_seed",
+        "An unseeded call's reported seed (request.applied['seed']) replays the same take.",
+        "A user who liked a take asked for without a seed gets it again only from the seed the "
+        "call reports; an engine that draws its own seed when none is given loses it.",
+        "Draw only from ctx.generator_for(device)/ctx.rng, which the host seeds (and reports) "
+        "when the request has no seed; never pick a seed of the engine's own.",
+        "core",
+        applied_seed,
+        ("streaming", "stochastic"),
+        requires=(*STREAM_OUTPUT, "determinism.same_handle"),
     ),
     Check(
         "determinism.seed_matters",

@@ -31,6 +31,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("determinism.fresh_process"),
         broken("determinism.global_rng_independent"),
         broken("determinism.seed_matters"),
+        broken("determinism.applied_seed"),
         broken("determinism.concurrent"),
         broken("determinism.concurrent", variant="texts"),
         broken("stream.generator"),

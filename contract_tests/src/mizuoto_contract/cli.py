@@ -1,5 +1,6 @@
 """``mizuoto-contract ENGINE_OR_DISTRIBUTION... [--device D] [--check ID]... [--text TEXT]
-[--fail-fast] [--list] [--json FILE] [--junit FILE]`` (also ``python -m mizuoto_contract``).
+[--check-timeout SECONDS] [--fail-fast] [--list] [--json FILE] [--junit FILE]`` (also
+``python -m mizuoto_contract``).
 
 Each check's result is printed as it ends, a failure with its rule, what was expected and seen,
 the engine's own file:line, and the fix. Exit 0 when every check passed, xfailed, or was skipped
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mizuoto_contract.registry import STATUSES, CheckResult
+from mizuoto_contract.watchdog import DEFAULT_CHECK_TIMEOUT
 
 _WIDTH = 34
 
@@ -30,6 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="append", dest="checks", metavar="ID")
     parser.add_argument(
         "--text", default=None, help="what the checks speak (default: three sentences)"
+    )
+    parser.add_argument(
+        "--check-timeout",
+        type=float,
+        default=DEFAULT_CHECK_TIMEOUT,
+        metavar="SECONDS",
+        help="fail a check that runs longer, with every thread's stack, and go on with the next "
+        f"(default: {DEFAULT_CHECK_TIMEOUT:g})",
     )
     parser.add_argument(
         "--fail-fast", action="store_true", help="stop at the first result that fails the run"
@@ -131,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 text=args.text,
                 on_result=_print_result,
                 fail_fast=args.fail_fast,
+                check_timeout=args.check_timeout,
             )
             runs.append((engine, args.device, results))
             if args.fail_fast and any(r.bad for r in results):

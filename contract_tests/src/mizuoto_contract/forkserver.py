@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mizuoto_contract import isolated
+from mizuoto_contract import childcheck, isolated
 
 
 def _child(request: dict[str, Any]) -> None:
@@ -32,7 +32,10 @@ def _child(request: dict[str, Any]) -> None:
         tempfile.tempdir = None  # gettempdir() reads TMPDIR again
         sys.path[:] = request["path"]
         importlib.invalidate_caches()
-        isolated.main(request["argv"])
+        if request.get("run") == "check":
+            childcheck.main(request["argv"])
+        else:
+            isolated.main(request["argv"])
         code = 0
     except BaseException:
         import traceback

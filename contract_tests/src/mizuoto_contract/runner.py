@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from mizuoto_contract import isolated
-from mizuoto_contract.checks import ALL, ISOLATED
-from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
+from mizuoto_contract import childcheck, isolated
+from mizuoto_contract.attempt import outcome
+from mizuoto_contract.checks import ALL, IN_CHILD, ISOLATED
+from mizuoto_contract.outcome import ContractUsageError
 from mizuoto_contract.registry import Check, CheckResult, Status
 from mizuoto_contract.subject import Subject, subject_for
-from mizuoto_contract.trace import short_traceback
+from mizuoto_contract.watchdog import DEFAULT_CHECK_TIMEOUT
 from mizuoto_sdk.discovery import normalize_name
 from mizuoto_sdk.host import Discovery
 
@@ -52,21 +53,18 @@ def _needs_met(subject: Subject, check: Check) -> str | None:
     return None
 
 
-def _crash(subject: Subject, error: Exception) -> str:
-    where = subject.where(error)
-    lines = [f"the check crashed on the engine: {type(error).__name__}: {error}"]
-    if where is not None:
-        lines.append(f"at {where}")
-    return "\n".join(lines) + "\n" + short_traceback(error)
-
-
 def run_check(
-    subject: Subject, check: Check, earlier: Mapping[str, CheckResult] | None = None
+    subject: Subject,
+    check: Check,
+    earlier: Mapping[str, CheckResult] | None = None,
+    timeout: float | None = DEFAULT_CHECK_TIMEOUT,
 ) -> CheckResult:
     """Run one check; expected failures from the manifest turn into xfail / xpass.
 
     ``earlier`` holds the results so far: a check whose ``requires`` failed is skipped, naming
-    the failed check, so that one cause is reported once.
+    the failed check, so that one cause is reported once. A check that runs past ``timeout``
+    seconds fails with every thread's stack; the checks in ``IN_CHILD`` run in a child process
+    (Linux), so that a crash or a deadlock there is their failure and not the run's end.
     """
 
     def result(status: Status, message: str = "", capability: bool = False) -> CheckResult:
@@ -98,18 +96,13 @@ def run_check(
                 return result("xfail", f"not run: see {required} (an expected failure)")
             return result("skipped", f"not run: see {required}, whose failure this would repeat")
     reason = subject.manifest.expected_failures.get(check.id)
-    try:
-        check.function(subject)
-    except Fail as failure:
-        where = f"\nat {failure.where}" if failure.where else ""
-        message = (
-            f"expected {failure.expected}\nobserved {failure.observed}{where}\nfix: {check.fix}"
-        )
-    except Skip as skip:
-        return result("skipped", str(skip))
-    except Exception as error:
-        message = _crash(subject, error)
+    if check.id in IN_CHILD and childcheck.available():
+        status, message = childcheck.run(subject, check, timeout or DEFAULT_CHECK_TIMEOUT)
     else:
+        status, message = outcome(subject, check, timeout)
+    if status == "skipped":
+        return result("skipped", message)
+    if status == "passed":
         if reason is not None:
             return result("xpass", f"declared an expected failure ({reason}) but passed")
         return result("passed")
@@ -127,11 +120,13 @@ def run_contract(
     text: str | None = None,
     on_result: Callable[[CheckResult], None] | None = None,
     fail_fast: bool = False,
+    check_timeout: float | None = DEFAULT_CHECK_TIMEOUT,
 ) -> list[CheckResult]:
     """Run the contract (or the named checks) against one engine on one device.
 
     ``on_result`` is called with each result as its check ends; ``fail_fast`` stops after the
-    first result that counts against the run. ``text`` is what the checks speak.
+    first result that counts against the run. ``text`` is what the checks speak. A check that
+    runs past ``check_timeout`` seconds fails with every thread's stack, and the run goes on.
     """
     import numpy  # noqa: F401 - imported before snapshots, so that importing is not a change
 
@@ -146,7 +141,7 @@ def run_contract(
             "remove them or fix the ids (see `mizuoto-contract --list`)"
         )
     selected = checks_by_id(checks)
-    if subject.record.status == "ok" and any(c.id in ISOLATED for c in selected):
+    if subject.record.status == "ok" and any(c.id in ISOLATED | IN_CHILD for c in selected):
         isolated.prepare(subject)
     # The checks that read the fresh process run last (see isolated.prepare).
     order = [c for c in selected if c.id not in ISOLATED] + [
@@ -155,7 +150,7 @@ def run_contract(
     results: dict[str, CheckResult] = {}
     try:
         for check in order:
-            results[check.id] = run_check(subject, check, results)
+            results[check.id] = run_check(subject, check, results, check_timeout)
             if on_result is not None:
                 on_result(results[check.id])
             if fail_fast and results[check.id].bad:

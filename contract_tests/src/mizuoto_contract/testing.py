@@ -18,6 +18,7 @@ import attrs
 
 from mizuoto_contract.registry import Check
 from mizuoto_contract.runner import checks_by_id, run_check, subject_for
+from mizuoto_contract.watchdog import DEFAULT_CHECK_TIMEOUT
 
 
 @attrs.frozen
@@ -29,11 +30,14 @@ class ContractCase:
     device: str = "cpu"
     text: str | None = None
 
-    def run(self, device: str | None = None) -> None:
+    def run(
+        self, device: str | None = None, check_timeout: float | None = DEFAULT_CHECK_TIMEOUT
+    ) -> None:
+        """Run the check; past ``check_timeout`` seconds it fails with every thread's stack."""
         import pytest
 
         subject = subject_for(self.engine_id, device or self.device, text=self.text)
-        result = run_check(subject, self.check)
+        result = run_check(subject, self.check, timeout=check_timeout)
         if result.status in ("failed", "xpass"):
             pytest.fail(f"[{self.check.id}] {self.check.rule}\n{result.message}", pytrace=False)
         if result.status == "xfail":

@@ -7,7 +7,7 @@ milliseconds: the child still holds no engine code, and reads its baseline itsel
 a hash seed of its own (never the caller's PYTHONHASHSEED). Elsewhere, or when forking is not
 safe, each run starts its own interpreter.
 
-Protocol, one JSON line each way: the caller sends ``{"argv", "env", "path", "output", "cwd"}``; the
+Protocol, one JSON line each way: the caller sends ``{"run", "argv", "env", "path", "output"}``; the
 zygote answers ``{"pid"}`` once the child runs and ``{"exit"}`` when it ends. Closing the
 zygote's stdin ends it.
 """
@@ -98,9 +98,15 @@ class Zygote:
         return self._process.poll() is None
 
     def fork(
-        self, argv: list[str], environment: dict[str, str], output: Path, path: list[str]
+        self,
+        argv: list[str],
+        environment: dict[str, str],
+        output: Path,
+        path: list[str],
+        run: str = "isolated",
     ) -> ForkedChild:
         request = {
+            "run": run,
             "argv": argv,
             "env": environment,
             "path": path,
@@ -153,10 +159,16 @@ def warm(environment: dict[str, str], cwd: str) -> None:
 
 
 def fork(
-    argv: list[str], environment: dict[str, str], output: Path, cwd: str, path: list[str]
+    argv: list[str],
+    environment: dict[str, str],
+    output: Path,
+    cwd: str,
+    path: list[str],
+    run: str = "isolated",
 ) -> ForkedChild:
-    """Run ``python -m mizuoto_contract.isolated *argv`` as a fork of the zygote, starting the
-    zygote on first use (with ``environment``, whose PYTHONHASHSEED differs from the caller's).
+    """Run ``python -m mizuoto_contract.isolated *argv`` (``run="check"``: one check, see
+    ``childcheck``) as a fork of the zygote, starting the zygote on first use (with
+    ``environment``, whose PYTHONHASHSEED differs from the caller's).
 
     Runs are one at a time: a second fork waits until the first child's exit has been read
     (``wait``, or ``kill`` then ``wait``).
@@ -164,7 +176,7 @@ def fork(
     _ONE_CHILD.acquire()
     try:
         with _LOCK:
-            return _running(environment, cwd).fork(argv, environment, output, path)
+            return _running(environment, cwd).fork(argv, environment, output, path, run)
     except BaseException:
         _ONE_CHILD.release()
         raise

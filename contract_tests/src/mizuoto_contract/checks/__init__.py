@@ -33,3 +33,7 @@ ISOLATED = frozenset(
         "resources.no_temp_files",
     }
 )
+
+# Checks that run in a child process of their own (mizuoto_contract.childcheck), so that calls at
+# once into a thread-unsafe native library that crash, or that deadlock, fail only them.
+IN_CHILD = frozenset({"determinism.concurrent"})

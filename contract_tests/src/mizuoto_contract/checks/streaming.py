@@ -102,6 +102,10 @@ def chunks_valid(subject: Subject) -> None:
         raise Fail("at least one chunk", "an empty stream")
 
 
+LATE_CHUNKS = 3
+"""How many chunks early_close takes before it closes a stream late."""
+
+
 def early_close(subject: Subject) -> None:
     handle = subject.load()
     ctx = RequestContext(seed=SEED)
@@ -124,6 +128,19 @@ def early_close(subject: Subject) -> None:
         raise Fail("the host's close() to stop the stream quietly", f"[{closed.code}] {closed}")
     if handle.engine.state != "ready":
         raise Fail("the model ready again after an early close", handle.engine.state)
+    # Late too, on the model already used: cleanup that only has work after several chunks.
+    late = subject.stream(handle, EngineRequest(params={"seed": SEED + 2}))
+    taken = sum(1 for _ in zip(range(LATE_CHUNKS), late, strict=False))
+    try:
+        late.close()
+    except EngineError as error:
+        raise Fail(
+            f"the host's close() after {taken} chunks to stop the stream quietly",
+            f"[{error.code}] {error}",
+            subject.where(error),
+        ) from None
+    if handle.engine.state != "ready":
+        raise Fail(f"the model ready again after a close after {taken} chunks", handle.engine.state)
 
 
 def _stops(subject: Subject, reason: str, error_type: type[EngineError]) -> None:
@@ -257,7 +274,8 @@ CHECKS = (
     ),
     Check(
         "stream.early_close",
-        "Closing the stream after one chunk runs the engine's cleanup and frees the model.",
+        "Closing the stream after one chunk, or after several, runs the engine's cleanup and "
+        "frees the model.",
         "Clients disconnect mid-stream; the model must be ready for the next request.",
         "Use try/finally in the generator; never swallow GeneratorExit or yield after it.",
         "streaming",

@@ -41,6 +41,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("stream.chunks_valid", variant="rate_change"),
         broken("stream.equivalence"),
         broken("stream.early_close"),
+        broken("stream.early_close", variant="late"),
         broken("stream.cancel"),
         broken("stream.cancel", variant="busy"),
         broken("stream.timeout"),

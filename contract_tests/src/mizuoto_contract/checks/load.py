@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -85,12 +86,19 @@ def describe_json(subject: Subject) -> None:
     loaded = handle.loaded_engine
     if loaded is None:  # load() leaves the model loaded
         raise Fail("a loaded engine after load", "none")
-    description = loaded.describe()
+    descriptions = [("after load", loaded.describe())]
+    if subject.capability is not None:  # and after a call: what a server shows most of the time
+        with contextlib.suppress(EngineError, StopIteration):  # another check's to report
+            subject.close_early(handle)
+        descriptions.append(("after a call", loaded.describe()))
     handle.engine.unload()
-    try:
-        json.dumps(dict(description))
-    except (TypeError, ValueError) as error:
-        raise Fail("describe() to return a JSON-serialisable mapping", str(error)) from None
+    for when, description in descriptions:
+        try:
+            json.dumps(dict(description))
+        except (TypeError, ValueError) as error:
+            raise Fail(
+                f"describe() {when} to return a JSON-serialisable mapping", str(error)
+            ) from None
 
 
 CHECKS = (
@@ -124,7 +132,7 @@ CHECKS = (
     ),
     Check(
         "load.describe_json",
-        "describe() returns a JSON-serialisable mapping.",
+        "describe() returns a JSON-serialisable mapping, after load and after calls.",
         "The server shows it in its API and `mizuoto runtime`.",
         "Return plain str/int/float/bool/list/dict values from describe().",
         "core",

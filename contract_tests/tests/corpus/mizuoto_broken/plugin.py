@@ -26,6 +26,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("load.global_state", variant="seed"),
         broken("load.handles_declared"),
         broken("load.describe_json"),
+        broken("load.describe_json", variant="after_call"),
         broken("determinism.fresh_loads"),
         broken("determinism.same_handle"),
         broken("determinism.fresh_process"),

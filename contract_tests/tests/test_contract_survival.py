@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mizuoto_contract import Check, zygote
+from mizuoto_contract import Check, Fail, zygote
 from mizuoto_contract.runner import run_check
-from mizuoto_contract.subject import subject_for
+from mizuoto_contract.subject import child_result, subject_for
 from mizuoto_sdk.host import Discovery
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -102,3 +102,20 @@ def test_a_check_past_its_timeout_fails_with_every_threads_stack_in_the_suites_p
     assert result.message.startswith("expected the check to end within 0.5 s\n"), result.message
     assert "in waits_for_a_lock_nobody_releases" in result.message
     assert 0.5 <= result.seconds < 5
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_child_that_dies_of_a_signal_is_a_failure_naming_it_with_its_stack():
+    """What the fresh-process checks report when the engine's life there crashes."""
+    crash = "import ctypes, faulthandler; faulthandler.enable(); ctypes.string_at(0)"
+    child = subprocess.Popen(
+        [sys.executable, "-c", crash],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with pytest.raises(Fail) as failure:
+        child_result(child, "the engine's life to run in a fresh process", 60)
+    assert failure.value.observed.startswith("the process died of signal 11 SIGSEGV;")
+    assert "Fatal Python error: Segmentation fault" in failure.value.observed
+    assert "in string_at" in failure.value.observed

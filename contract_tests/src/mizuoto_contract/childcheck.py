@@ -16,7 +16,6 @@ import faulthandler
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from mizuoto_contract import zygote
 from mizuoto_contract.subject import child_environment
+from mizuoto_contract.watchdog import died, faulthandler_stacks
 
 if TYPE_CHECKING:
     from mizuoto_contract.registry import Check
@@ -32,21 +32,10 @@ if TYPE_CHECKING:
 
 # Beyond the check's own deadline: the child's start and its faulthandler dump.
 _GRACE_SECONDS = 30.0
-_STACK_LINES = 80
-# Frames every thread of the child shows, which say nothing about the engine.
-_NOISE = ('/threading.py"', "<frozen runpy>")
 
 
 def available() -> bool:
     return zygote.available()
-
-
-def _stack(stderr: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if not any(n in line for n in _NOISE)]
-    start = next((i for i, line in enumerate(lines) if line.startswith(("Fatal", "Timeout"))), 0)
-    kept = lines[start : start + _STACK_LINES]
-    more = len(lines) - start - len(kept)
-    return "\n".join(kept) + (f"\n... ({more} more lines)" if more > 0 else "")
 
 
 def _died(check: Check, code: int, stderr: str, timeout: float) -> str:
@@ -55,17 +44,11 @@ def _died(check: Check, code: int, stderr: str, timeout: float) -> str:
         observed = f"still running after {timeout:g} s (a deadlock?); every thread's stack:"
         return (
             f"expected the check to end within {timeout:g} s\nobserved {observed}\n"
-            f"{_stack(stderr)}\nfix: {check.fix}"
+            f"{faulthandler_stacks(stderr)}\nfix: {check.fix}"
         )
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else ""
-        observed = f"the process died of signal {-code} {name}".rstrip()
-    else:
-        observed = f"the process exited with code {code}"
     return (
         "expected the check's calls to leave the process alive\n"
-        f"observed {observed}; every thread's stack (faulthandler):\n{_stack(stderr)}\n"
-        f"fix: {check.fix}"
+        f"observed {died(code, stderr)}\nfix: {check.fix}"
     )
 
 

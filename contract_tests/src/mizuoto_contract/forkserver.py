@@ -4,6 +4,7 @@ isolated run needs once, then forks one child per request (protocol in ``zygote`
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import json
 import os
@@ -24,6 +25,8 @@ def _child(request: dict[str, Any]) -> None:
         os.dup2(err.fileno(), 2)
     with open(os.devnull) as nothing:
         os.dup2(nothing.fileno(), 0)
+    # A crash (a segfault in native code, an abort) leaves every thread's stack in stderr.
+    faulthandler.enable(all_threads=True)
     code = 1
     try:
         environment = {k: v for k, v in request["env"].items() if k != "PYTHONHASHSEED"}

@@ -263,4 +263,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)  # a crash leaves every thread's stack in stderr
     main(sys.argv[1:])

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
+from mizuoto_contract.watchdog import died
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import AudioChunk, EngineError, EngineManifest
 from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalModel, RuntimeService
@@ -267,6 +268,8 @@ def child_result(child: subprocess.Popen[str], expected: str, timeout: float) ->
         child.kill()
         child.communicate()
         raise Fail(expected, f"no answer within {timeout:.0f} s") from None
+    if child.returncode is not None and child.returncode < 0:  # a crash: name it, show where
+        raise Fail(expected, died(child.returncode, err))
     if child.returncode != 0:
         last = err.strip().splitlines()[-1:] or ["no output"]
         raise Fail(expected, f"exit {child.returncode}: {last[0]}")

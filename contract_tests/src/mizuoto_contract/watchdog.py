@@ -1,4 +1,5 @@
-"""A check that runs past its time fails with every thread's stack instead of hanging the run.
+"""A check that runs past its time fails with every thread's stack instead of hanging the run;
+a child that dies of a signal is described by the signal and the stacks ``faulthandler`` wrote.
 
 In the suite's own process the deadline is a ``SIGALRM`` timer (main thread, POSIX): its handler
 takes the stacks and raises ``CheckTimeout`` into the check, which a blocked ``Lock.acquire`` or
@@ -21,6 +22,9 @@ from types import FrameType
 
 DEFAULT_CHECK_TIMEOUT = 120.0
 _AGAIN_SECONDS = 5.0
+_STACK_LINES = 80
+# Frames every thread of a child shows, which say nothing about the engine.
+_NOISE = ('/threading.py"', "<frozen runpy>")
 
 
 class CheckTimeout(BaseException):
@@ -67,3 +71,28 @@ def deadline(seconds: float | None) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def faulthandler_stacks(stderr: str) -> str:
+    """The stacks ``faulthandler`` wrote to a child's stderr (from its ``Fatal ...`` or
+    ``Timeout ...`` line), without the frames of ``threading`` and ``runpy``."""
+    lines = [line for line in stderr.strip().splitlines() if not any(n in line for n in _NOISE)]
+    start = next((i for i, line in enumerate(lines) if line.startswith(("Fatal", "Timeout"))), 0)
+    kept = lines[start : start + _STACK_LINES]
+    more = len(lines) - start - len(kept)
+    return "\n".join(kept) + (f"\n... ({more} more lines)" if more > 0 else "")
+
+
+def died(code: int, stderr: str) -> str:
+    """How a child that ended with ``code`` (negative: killed by that signal) ended, with the
+    stacks ``faulthandler`` wrote to its stderr."""
+    if code >= 0:
+        return f"the process exited with code {code}"
+    try:
+        name = f" {signal.Signals(-code).name}"
+    except ValueError:
+        name = ""
+    return (
+        f"the process died of signal {-code}{name}; every thread's stack (faulthandler):\n"
+        + faulthandler_stacks(stderr)
+    )

@@ -131,7 +131,7 @@ def test_a_broken_engine_exits_1_and_reports_the_rule(corpus, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1
     assert "failed   load.describe_json" in out and "passed   load.device" in out
-    assert "[load.describe_json] describe() returns a JSON-serialisable mapping." in out
+    assert "[load.describe_json] describe() returns a JSON-serialisable mapping, after" in out
     cases = {c.get("name"): c for c in ET.parse(tmp_path / "junit.xml").iter("testcase")}
     assert list(cases) == ["load.device", "load.describe_json"]
     assert cases["load.describe_json"].find("failure") is not None
@@ -242,7 +242,7 @@ def test_parametrize_contract_in_an_engine_authors_own_pytest_run(tmp_path):
         f"{name}test_two_engines[corpus-good::load.describe_json]": "PASSED",
         f"{name}test_two_engines[sine::load.describe_json]": "PASSED",
     }
-    assert "[load.describe_json] describe() returns a JSON-serialisable mapping." in out
+    assert "[load.describe_json] describe() returns a JSON-serialisable mapping, after" in out
     assert "1 failed, 3 passed, 1 xfailed" in out
 
 

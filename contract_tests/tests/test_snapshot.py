@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
 import os
 import random
+import signal
 import socket
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -197,3 +201,96 @@ def test_a_torch_config_module_at_its_defaults_is_no_entry(restore):
     assert "torch._inductor.config" not in snapshot().entries
     config.max_autotune = True
     assert "torch._inductor.config" in snapshot().entries
+
+
+def _from_another_thread(change: Callable[[], object]) -> None:
+    worker = threading.Thread(target=change)
+    worker.start()
+    worker.join()
+
+
+_REAL_JSON_DUMPS = json.dumps
+_REAL_TORCH_LOAD = torch.load
+_REAL_MODULE_CALL = torch.nn.Module.__call__
+_THRESHOLD = gc.get_threshold()
+_SEEN_ERR = np.geterr()
+_THREADS = torch.get_num_threads()
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+# name: (a change an engine or a library it imports makes, the entry the diff must name, undo)
+PROCESS_CHANGES: dict[str, tuple[Callable[[], object], str, Callable[[], object]]] = {
+    "gc threshold": (
+        lambda: gc.set_threshold(50_000, 20, 20),
+        "gc.threshold",
+        lambda: gc.set_threshold(*_THRESHOLD),
+    ),
+    "gc disabled": (gc.disable, "gc.enabled", gc.enable),
+    "numpy seterr": (
+        lambda: np.seterr(all="raise"),
+        "numpy.seterr",
+        lambda: np.seterr(**_SEEN_ERR),
+    ),
+    "threads of new threads": (  # torch's count is per thread: set on a thread of the engine's
+        lambda: _from_another_thread(lambda: torch.set_num_threads(1 if _THREADS > 1 else 2)),
+        "torch.num_threads.new_thread",
+        lambda: _from_another_thread(lambda: torch.set_num_threads(_THREADS)),
+    ),
+    "signal handler": (
+        lambda: signal.signal(signal.SIGUSR1, lambda *a: None),
+        "signal.SIGUSR1",
+        lambda: signal.signal(signal.SIGUSR1, signal.SIG_DFL),
+    ),
+    "replaced torch.load": (
+        lambda: setattr(torch, "load", lambda *a, **k: _REAL_TORCH_LOAD(*a, **k)),
+        "callable:torch.load",
+        lambda: setattr(torch, "load", _REAL_TORCH_LOAD),
+    ),
+    "replaced json.dumps": (
+        lambda: setattr(json, "dumps", lambda *a, **k: _REAL_JSON_DUMPS(*a, **k)),
+        "callable:json.dumps",
+        lambda: setattr(json, "dumps", _REAL_JSON_DUMPS),
+    ),
+    "patched Module.__call__": (
+        lambda: setattr(torch.nn.Module, "__call__", lambda self, *a, **k: None),
+        "callable:torch.nn.Module.__call__",
+        lambda: setattr(torch.nn.Module, "__call__", _REAL_MODULE_CALL),
+    ),
+}
+if sys.platform.startswith("linux"):
+    PROCESS_CHANGES["umask"] = (lambda: os.umask(0o077), "os.umask", lambda: os.umask(_UMASK))
+if torch.set_flush_denormal(False):  # where the CPU can flush denormals at all
+    PROCESS_CHANGES["flush denormal"] = (
+        lambda: torch.set_flush_denormal(True),
+        "torch.flush_denormal",
+        lambda: torch.set_flush_denormal(False),
+    )
+
+
+@pytest.mark.parametrize("kind", PROCESS_CHANGES)
+def test_each_kind_of_process_change_is_named(kind):
+    change, entry, undo = PROCESS_CHANGES[kind]
+    before = snapshot()
+    try:
+        change()
+        names = [c.name for c in before.diff(snapshot())]
+    finally:
+        undo()
+    assert entry in names, f"{kind}: diff named {names}"
+    assert before.diff(snapshot()) == [], f"{kind}: not undone"
+
+
+def test_a_callable_that_appears_is_no_change_and_one_removed_is():
+    before = snapshot()
+    json.mizuoto_snapshot_test = lambda: None  # a name a library adds
+    try:
+        assert before.diff(snapshot()) == []
+        added = snapshot()
+    finally:
+        del json.mizuoto_snapshot_test
+    assert [c.name for c in added.diff(snapshot())] == ["callable:json.mizuoto_snapshot_test"]
+
+
+def test_a_snapshot_changes_nothing_it_reads():
+    first = snapshot()
+    assert first.diff(snapshot()) == [] and snapshot().diff(first) == []

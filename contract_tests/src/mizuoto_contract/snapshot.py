@@ -1,20 +1,27 @@
 """A digest of the process-level state an engine call must leave as it found it.
 
 ``snapshot()`` reads global RNG states, torch's global switches, the environment, cwd, sys.path,
-logging and warnings configuration into a flat mapping of named entries; ``diff`` names each entry
-that changed. torch is read only when it is already imported, and CUDA only once initialised, so
-taking a snapshot never changes what it measures.
+logging and warnings configuration, the garbage collector, floating-point modes (numpy's error
+handling, denormals flushed to zero, observed by computing since torch has no getter), torch's
+thread count as a new thread sees it, signal handlers, the umask, the C locale, and which object
+each public callable of common modules is (a replaced ``torch.load``) into a flat mapping of named
+entries; ``diff`` names each entry that changed. torch is read only when it is already imported,
+and CUDA only once initialised, so taking a snapshot never changes what it measures.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
+import locale
 import logging
 import os
 import pickle
 import random
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 
@@ -38,12 +45,17 @@ class Snapshot:
     entries: Mapping[str, object]
 
     def diff(self, later: Snapshot) -> list[Change]:
-        """What differs in ``later``, entry by entry (missing entries show as None)."""
+        """What differs in ``later``, entry by entry (missing entries show as None).
+
+        A callable that appears (a module imported, a name a library adds) is no change; one
+        that is replaced or removed is.
+        """
         names = sorted(set(self.entries) | set(later.entries))
         return [
             Change(name, self.entries.get(name), later.entries.get(name))
             for name in names
             if self.entries.get(name) != later.entries.get(name)
+            and not (name.startswith(_CALLABLE) and name not in self.entries)
         ]
 
 
@@ -168,6 +180,115 @@ def _interpreter_entries() -> Iterator[tuple[str, object]]:
         yield "socket.default_timeout", socket.getdefaulttimeout()
 
 
+_CALLABLE = "callable:"
+_WATCHED = (
+    "builtins",
+    "os",
+    "os.path",
+    "random",
+    "time",
+    "json",
+    "pickle",
+    "io",
+    "shutil",
+    "tempfile",
+    "subprocess",
+    "socket",
+    "threading",
+    "warnings",
+    "logging",
+    "numpy",
+    "numpy.random",
+    "torch",
+    "torch.nn.functional",
+)
+"""Modules whose public callables engines and the libraries they import have been seen to replace
+(read only once imported)."""
+
+
+def _callable_entries() -> Iterator[tuple[str, object]]:
+    """Which object each public callable of the watched modules is, and of torch.Tensor's and
+    torch.nn.Module's methods: a wrapper put in its place is a change, whatever spelled it."""
+    namespaces: list[tuple[str, Mapping[str, object]]] = []
+    for module_name in _WATCHED:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            namespaces.append((module_name, vars(module)))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "Tensor") and hasattr(torch, "nn"):
+        namespaces.append(("torch.Tensor", vars(torch.Tensor)))
+        namespaces.append(("torch.nn.Module", vars(torch.nn.Module)))
+    for owner, namespace in namespaces:
+        for name, value in list(namespace.items()):
+            if (not name.startswith("_") or name in ("__call__", "__init__")) and callable(value):
+                yield f"{_CALLABLE}{owner}.{name}", _name_and_id(value)
+
+
+def _name_and_id(value: object) -> str:
+    return f"{_name(value)} at {id(value):#x}"
+
+
+def _float_entries() -> Iterator[tuple[str, object]]:
+    """numpy's error handling, and whether this thread flushes denormals to zero (set by
+    ``torch.set_flush_denormal``, which has no getter: a denormal that survives a multiply is
+    the observation)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and hasattr(numpy, "geterr"):
+        yield "numpy.seterr", tuple(sorted(numpy.geterr().items()))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "tensor"):
+        tiny = torch.tensor([1e-40], dtype=torch.float32)
+        yield "torch.flush_denormal", bool((tiny * 1.0).item() == 0.0)
+
+
+def _threads_entries() -> Iterator[tuple[str, object]]:
+    """torch's thread count is per thread: how a thread started now sees it, besides this one."""
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "get_num_threads"):
+        return
+    seen: list[int] = []
+    reader = threading.Thread(target=lambda: seen.append(torch.get_num_threads()), daemon=True)
+    reader.start()
+    reader.join()
+    if seen:
+        yield "torch.num_threads.new_thread", seen[0]
+
+
+def _process_entries() -> Iterator[tuple[str, object]]:
+    """The garbage collector, every catchable signal's handler, the umask, the C locale."""
+    yield "gc.enabled", gc.isenabled()
+    yield "gc.threshold", gc.get_threshold()
+    for number in sorted(signal.valid_signals()):
+        try:
+            handler = signal.getsignal(number)
+        except (ValueError, OSError):
+            continue
+        if handler is None:  # set from C, outside Python: not ours to read
+            continue
+        try:
+            name = signal.Signals(number).name
+        except ValueError:  # a real-time signal, which has no name of its own
+            name = f"SIG{int(number)}"
+        yield f"signal.{name}", getattr(handler, "__qualname__", handler)
+    umask = _umask()
+    if umask is not None:
+        yield "os.umask", umask
+    with contextlib.suppress(locale.Error, ValueError):  # a platform that cannot say
+        yield "locale.LC_ALL", locale.setlocale(locale.LC_ALL, None)  # None: a query
+
+
+def _umask() -> str | None:
+    """The umask as /proc shows it (reading it through os.umask would set it for a moment)."""
+    try:
+        with open(f"/proc/{os.getpid()}/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return line.split()[1]
+    except OSError:
+        return None
+    return None
+
+
 def _name(function: object) -> str:
     module = getattr(function, "__module__", None) or ""
     return f"{module}.{getattr(function, '__qualname__', repr(function))}"
@@ -187,9 +308,10 @@ def snapshot() -> Snapshot:
         entries["numpy.random.state"] = _digest(numpy.random.get_state(legacy=False))
     for key, value in os.environ.items():
         entries[f"os.environ[{key}]"] = value
-    for number in (signal.SIGINT, signal.SIGTERM):
-        handler = signal.getsignal(number)
-        entries[f"signal.{signal.Signals(number).name}"] = getattr(handler, "__qualname__", handler)
+    entries.update(_process_entries())
     entries.update(_torch_entries())
+    entries.update(_threads_entries())
+    entries.update(_float_entries())
     entries.update(_logging_entries())
+    entries.update(_callable_entries())
     return Snapshot(entries)

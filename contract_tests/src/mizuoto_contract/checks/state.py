@@ -72,7 +72,8 @@ CHECKS = (
         "globals.untouched",
         "Calls, early close, cancel and unload leave the process state unchanged.",
         "Engines share a process with the host, each other and the tests.",
-        "Never seed global RNGs, set torch flags, or edit env, cwd, sys.path or logging; "
+        "Never seed global RNGs, set torch flags, or edit env, cwd, sys.path or logging; never "
+        "replace a library's functions, retune the garbage collector, float modes or signals; "
         "the diff names what changed and in which phase.",
         "core",
         untouched,

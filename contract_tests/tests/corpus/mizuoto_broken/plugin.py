@@ -34,6 +34,8 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("determinism.seed_matters"),
         broken("determinism.applied_seed"),
         broken("determinism.concurrent"),
+        broken("determinism.concurrent", variant="deadlock"),
+        broken("determinism.concurrent", variant="native_crash"),
         broken("determinism.concurrent", variant="texts"),
         broken("stream.generator"),
         broken("stream.lazy"),
@@ -49,6 +51,8 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("stream.reuse_after_abort"),
         broken("globals.untouched"),
         broken("globals.untouched", variant="environ"),
+        broken("globals.untouched", variant="gc"),
+        broken("globals.untouched", variant="patched"),
         # Outside the package: the static scan reads an implementation's whole top-level package.
         broken("globals.static_scan", "mizuoto_broken_static:Engine"),
         broken("resources.unload_releases"),

@@ -221,6 +221,9 @@ class EngineManifest:
     ``parallel_domains`` names the parts of ``mizuoto_sdk.parallel.PARALLEL_DOMAINS`` the engine
     can split across ranks (``("dense", "attention")``); a config that splits any other is
     refused before a worker starts. None declared: one rank per replica.
+    ``deterministic=False`` says one seed may give other audio on another call (a backend whose
+    kernels or library cannot be made reproducible): the contract suite then checks that calls
+    succeed, at once too, instead of comparing their audio.
     ``max_concurrency`` is how many calls one loaded model may run at once (None: any number).
     An engine around a library that is not thread-safe declares 1: every host (inline, worker,
     agent, server) then queues the calls of each loaded model, a stream holding its turn from its
@@ -246,6 +249,7 @@ class EngineManifest:
     libraries: tuple[Library, ...] = attrs.field(default=(), converter=libraries_of)
     parallel_domains: tuple[str, ...] = attrs.field(default=(), converter=_parallel_domains)
     max_concurrency: int | None = attrs.field(default=None, validator=_check_max_concurrency)
+    deterministic: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

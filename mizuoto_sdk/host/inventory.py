@@ -36,6 +36,7 @@ class EngineRow(TypedDict):
     params: list[dict[str, object]]
     parallel_domains: list[str]
     max_concurrency: int | None
+    deterministic: bool | None
     api_version: str | None
     uses_torch: bool | None
     entry_point: str
@@ -112,6 +113,7 @@ def _row(record: EngineRecord) -> EngineRow:
         "params": [param.describe() for param in manifest.params] if manifest else [],
         "parallel_domains": list(manifest.parallel_domains) if manifest else [],
         "max_concurrency": manifest.max_concurrency if manifest else None,
+        "deterministic": manifest.deterministic if manifest else None,
         "api_version": manifest.api_version if manifest else None,
         "uses_torch": manifest.uses_torch if manifest else None,
         "entry_point": record.entry_point,

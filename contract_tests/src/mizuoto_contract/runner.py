@@ -42,13 +42,19 @@ def engines_for(target: str, discovery: Discovery) -> list[str]:
     raise ContractUsageError(f"no engine or distribution {target!r}; engines: {', '.join(known)}")
 
 
+_TRAITS = ("streaming", "stochastic", "deterministic")
+"""Needs that are traits of the manifest, not capabilities."""
+
+
 def _needs_met(subject: Subject, check: Check) -> str | None:
     for need in check.needs:
         if need == "streaming" and subject.capability is None:
             return "the engine has no streaming capability (synthesize, convert or edit)"
         if need == "stochastic" and not subject.manifest.stochastic:
             return "the engine does not declare itself stochastic"
-        if need not in ("streaming", "stochastic") and need not in subject.manifest.capabilities:
+        if need == "deterministic" and not subject.manifest.deterministic:
+            return "the engine declares deterministic=False: its audio is not compared"
+        if need not in _TRAITS and need not in subject.manifest.capabilities:
             return f"the engine does not declare {need}"
     return None
 

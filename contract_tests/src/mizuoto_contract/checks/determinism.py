@@ -138,7 +138,7 @@ CHECKS = (
         "Draw only from ctx.generator_for(device)/ctx.rng; initialise nothing randomly at load.",
         "core",
         fresh_loads,
-        ("streaming",),
+        ("streaming", "deterministic"),
         requires=STREAM_OUTPUT,
     ),
     Check(
@@ -148,7 +148,7 @@ CHECKS = (
         "Reset per-call state at the start of each call; keep caches keyed by their inputs.",
         "core",
         same_handle,
-        ("streaming",),
+        ("streaming", "deterministic"),
         requires=STREAM_OUTPUT,
     ),
     Check(
@@ -158,7 +158,7 @@ CHECKS = (
         "Avoid hash()-, id()- or time-dependent choices; seed everything from the request.",
         "core",
         fresh_process,
-        ("streaming",),
+        ("streaming", "deterministic"),
         requires=STREAM_OUTPUT,
     ),
     Check(
@@ -169,7 +169,7 @@ CHECKS = (
         "Pass generator=ctx.generator_for(device) to every torch random call; use ctx.rng.",
         "core",
         global_rng_independent,
-        ("streaming",),
+        ("streaming", "deterministic"),
         requires=STREAM_OUTPUT,
     ),
     Check(
@@ -181,7 +181,7 @@ CHECKS = (
         "when the request has no seed; never pick a seed of the engine's own.",
         "core",
         applied_seed,
-        ("streaming", "stochastic"),
+        ("streaming", "stochastic", "deterministic"),
         requires=(*STREAM_OUTPUT, "determinism.same_handle"),
     ),
     Check(

@@ -164,7 +164,7 @@ def reload(subject: Subject) -> None:
     second = subject.audio(subject.load(service), SEED)
     service.unload()
     after = _tracked_bytes(service)
-    if first != second:
+    if subject.manifest.deterministic and first != second:
         raise Fail(
             "the first load's audio from a load after unload (one host)", differ(first, second)
         )

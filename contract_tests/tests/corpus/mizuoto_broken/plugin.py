@@ -18,6 +18,10 @@ def mizuoto_engines() -> list[EngineManifest]:
         manifest("corpus-strict", "mizuoto_broken.strict:Engine"),
         # The good engine, told by its manifest to be checked on one word: too short to cancel.
         manifest("corpus-one-word", BASE, sample_text="Hello."),
+        # A backend that cannot be reproducible, and says so: every other check must pass.
+        manifest(
+            "corpus-nondeterministic", "mizuoto_broken.nondeterministic:Engine", deterministic=False
+        ),
         broken("discovery.engine_import_torch_free"),
         broken("discovery.class_matches_manifest"),
         broken("load.device"),

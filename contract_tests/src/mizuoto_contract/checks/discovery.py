@@ -23,8 +23,9 @@ def _plugin_module(subject: Subject) -> str | None:
 
 def _imports(subject: Subject) -> dict[str, Any]:
     """One fresh interpreter for both import checks: the plugin module first (timed, as
-    ``mizuoto engines`` imports it), then the implementation, as get_engine() imports it.
-    Going through Discovery() would import every plugin module on the path."""
+    ``mizuoto engines`` imports it) and its hook called (as ``mizuoto engines`` calls it), then
+    the implementation, as get_engine() imports it. Going through Discovery() would import every
+    plugin module on the path."""
     cached = subject.shared.get("imports")
     if cached is not None:
         return cached
@@ -36,9 +37,16 @@ def _imports(subject: Subject) -> dict[str, Any]:
         seen = {{}}
         if {module!r} is not None:
             start = time.perf_counter()
-            importlib.import_module({module!r})
+            plugin = importlib.import_module({module!r})
             seen["plugin"] = {{"seconds": time.perf_counter() - start,
                               "torch": "torch" in sys.modules}}
+            hook = getattr(plugin, "mizuoto_engines", None)
+            if callable(hook):
+                try:
+                    hook()
+                except Exception:
+                    pass  # a hook that fails is discovery's to report, not an import's
+                seen["plugin"]["hook_torch"] = "torch" in sys.modules
         try:
             target = importlib.import_module({implementation!r})
             for part in {qualname!r}.split("."):
@@ -62,6 +70,11 @@ def import_cheap(subject: Subject) -> None:
     seen = _imports(subject)["plugin"]
     if seen["torch"]:
         raise Fail(f"importing {module} to leave torch unimported", "torch in sys.modules")
+    if seen.get("hook_torch"):
+        raise Fail(
+            f"calling {module}.mizuoto_engines() to leave torch unimported",
+            "torch in sys.modules after the hook returned",
+        )
     if seen["seconds"] > IMPORT_BUDGET_SECONDS:
         raise Fail(
             f"importing {module} within {IMPORT_BUDGET_SECONDS} s", f"{seen['seconds']:.2f} s"
@@ -70,7 +83,8 @@ def import_cheap(subject: Subject) -> None:
 
 def engine_import_torch_free(subject: Subject) -> None:
     seen = _imports(subject)
-    if seen.get("plugin", {}).get("torch"):
+    plugin = seen.get("plugin", {})
+    if plugin.get("torch") or plugin.get("hook_torch"):
         raise Skip("not run: the plugin module imported torch already (see discovery.import_cheap)")
     implementation = seen["implementation"]
     if "error" in implementation:
@@ -124,10 +138,11 @@ def register_twice(subject: Subject) -> None:
 CHECKS = (
     Check(
         "discovery.import_cheap",
-        "The entry-point module imports fast and without torch.",
+        "The entry-point module imports fast and without torch, and so does calling its hook.",
         "Listing engines imports every plugin module; one that imports torch or model code "
         "makes `mizuoto engines` slow for everybody and can initialise CUDA.",
-        "Import only mizuoto_sdk in the plugin module; name the implementation as a string.",
+        "Import only mizuoto_sdk in the plugin module and its hook; name the implementation as a "
+        "string.",
         "core",
         import_cheap,
     ),

@@ -157,11 +157,14 @@ class Subject:
         handle: LocalModel,
         ctx: RequestContext,
         params: Mapping[str, object] | None = None,
+        *,
+        text: str | None = None,
     ) -> object:
-        """What the engine's own method returns (no host in between)."""
+        """What the engine's own method returns (no host in between); ``text``: another input
+        than the sample text."""
         method = getattr(handle.loaded_engine, self.capability or "synthesize")
         with self.direct(ctx):
-            return method(*self.arguments(), self.params(params), ctx)
+            return method(*self.arguments(text), self.params(params), ctx)
 
     def params(self, params: Mapping[str, object] | None = None) -> dict[str, object]:
         """``params`` as the host hands them to the engine: checked against the manifest's

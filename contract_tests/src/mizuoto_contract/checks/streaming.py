@@ -16,8 +16,14 @@ from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, differ, join
 from mizuoto_contract.trace import generator_frame
 from mizuoto_runtime.context import RequestContext
-from mizuoto_sdk import AudioChunk, CancelledError, EngineError, OperationTimeoutError
-from mizuoto_sdk.host import EngineRequest
+from mizuoto_sdk import (
+    AudioChunk,
+    CancelledError,
+    EngineError,
+    InvalidRequest,
+    OperationTimeoutError,
+)
+from mizuoto_sdk.host import EngineRequest, LocalModel
 
 LAZY_BOUND_SECONDS = 0.05
 
@@ -66,40 +72,72 @@ def lazy(subject: Subject) -> None:
         raise Fail("no work before the first next()", f"{counted}{elapsed * 1000:.0f} ms before it")
 
 
+MORE_TEXTS = (
+    "Digits and symbols: 0 1 2 3, 4.5 kg, 100% & 7/8... (yes) -- #42!",
+    "Tokyo 東京 and Moscow Москва: words not written in Latin letters.",
+    " ".join(["A longer input, so that an engine streams it in more chunks than usual."] * 4),
+)
+"""What stream.chunks_valid speaks besides the sample text: the inputs where chunking, number
+reading and vocabularies go wrong. An engine may refuse one with InvalidRequest."""
+
+
 def chunks_valid(subject: Subject) -> None:
+    inputs = [(subject.text, SEED, False)]
+    if subject.capability in ("synthesize", "edit"):  # their output depends on the text
+        inputs += [(text, SEED + 1 + i, True) for i, text in enumerate(MORE_TEXTS)]
+    handle = subject.load()
+    for text, seed, may_refuse in inputs:
+        _chunks_valid_for(subject, handle, text, seed, may_refuse)
+
+
+def _chunks_valid_for(
+    subject: Subject, handle: LocalModel, text: str, seed: int, may_refuse: bool
+) -> None:
     import numpy as np
 
-    handle = subject.load()
-    ctx = RequestContext(seed=SEED)
-    iterator = iter(subject.engine_stream(handle, ctx))  # type: ignore[call-overload]  # the engine's stream
+    ctx = RequestContext(seed=seed)
+    said = "" if text == subject.text else f" for {text[:32]!r}..., seed {seed}"
+    try:
+        iterator = iter(subject.engine_stream(handle, ctx, text=text))  # type: ignore[call-overload]  # the engine's stream
+    except InvalidRequest:
+        if may_refuse:
+            return
+        raise
     roots = subject.sources()
     rates: list[int] = []
     count = 0
     while True:
-        with subject.direct(ctx):
-            chunk = next(iterator, None)
+        try:
+            with subject.direct(ctx):
+                chunk = next(iterator, None)
+        except InvalidRequest:
+            if may_refuse and count == 0:
+                return
+            raise
         if chunk is None:
             break
         count += 1
         where = generator_frame(iterator, roots)  # the engine's yield of this chunk
         if not isinstance(chunk, AudioChunk):
             kind = f"{type(chunk).__module__}.{type(chunk).__qualname__}"
-            raise Fail("every chunk a mizuoto_sdk.AudioChunk", f"chunk {count - 1}: {kind}", where)
+            raise Fail(
+                "every chunk a mizuoto_sdk.AudioChunk", f"chunk {count - 1}{said}: {kind}", where
+            )
         samples = chunk.samples
         samples = samples.detach().float().cpu().numpy() if hasattr(samples, "detach") else samples
         if samples.shape[-1] == 0:
-            raise Fail("non-empty chunks", f"chunk {count - 1} has no samples", where)
+            raise Fail("non-empty chunks", f"chunk {count - 1}{said} has no samples", where)
         if not np.isfinite(samples).all():
-            raise Fail("finite samples", f"chunk {count - 1} holds NaN or inf", where)
+            raise Fail("finite samples", f"chunk {count - 1}{said} holds NaN or inf", where)
         if rates and chunk.sample_rate != rates[0]:
             raise Fail(
                 "one sample rate per stream",
-                f"chunk {count - 1} at {chunk.sample_rate} Hz, earlier ones at {rates[0]} Hz",
+                f"chunk {count - 1}{said} at {chunk.sample_rate} Hz, earlier ones at {rates[0]} Hz",
                 where,
             )
         rates.append(chunk.sample_rate)
     if count == 0:
-        raise Fail("at least one chunk", "an empty stream")
+        raise Fail("at least one chunk", f"an empty stream{said}")
 
 
 LATE_CHUNKS = 3
@@ -257,7 +295,10 @@ BASICS = (
     Check(
         "stream.chunks_valid",
         "Every chunk is a non-empty AudioChunk of finite samples at one sample rate.",
-        "Players and encoders downstream need a fixed rate and real numbers.",
+        "Players and encoders downstream need a fixed rate and real numbers. Checked on the "
+        "sample text and, where the output depends on text, on digits and symbols, words not "
+        "written in Latin letters (which an engine may refuse with InvalidRequest) and a long "
+        "input, each with its own seed.",
         "Yield AudioChunk(samples, rate); clamp or fix NaNs at the source.",
         "streaming",
         chunks_valid,

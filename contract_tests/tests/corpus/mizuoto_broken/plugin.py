@@ -46,6 +46,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("stream.chunks_valid"),
         broken("stream.chunks_valid", variant="wrong_type"),
         broken("stream.chunks_valid", variant="rate_change"),
+        broken("stream.chunks_valid", variant="digits"),
         broken("stream.equivalence"),
         broken("stream.early_close"),
         broken("stream.early_close", variant="late"),

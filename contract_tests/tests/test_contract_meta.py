@@ -150,6 +150,14 @@ def test_the_reference_engines_pass_every_check(engine, corpus):
     assert not failed, f"{engine} should pass every check:\n{_table(failed)}"
 
 
+def test_the_suite_unloads_every_model_it_loads(corpus):
+    results = run_contract("corpus-counted", discovery=corpus)
+    assert all(r.status == "passed" for r in results), _table(results)
+    counted = importlib.import_module("mizuoto_broken.counted")
+    assert counted.LOADS[0] > 10  # most checks load (the fresh process's loads are not here)
+    assert counted.UNLOADS[0] == counted.LOADS[0]
+
+
 def test_an_engine_that_declares_itself_not_deterministic_passes_every_other_check(corpus):
     results = run_contract("corpus-nondeterministic", discovery=corpus)
     assert [r.id for r in results] == CHECK_IDS

@@ -27,7 +27,10 @@ def outcome(subject: Subject, check: Check, timeout: float | None) -> tuple[str,
     expected failure is applied. Past ``timeout`` seconds it fails with every thread's stack."""
     try:
         with deadline(timeout):
-            check.function(subject)
+            try:
+                check.function(subject)
+            finally:
+                subject.release()  # the suite unloads what it loaded, whatever the check did
     except Fail as failure:
         where = f"\nat {failure.where}" if failure.where else ""
         return "failed", (

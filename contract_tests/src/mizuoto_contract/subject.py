@@ -16,6 +16,7 @@ import secrets
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from mizuoto_sdk import AudioChunk, EngineError, EngineManifest
 from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalModel, RuntimeService
 
 STREAMING = ("synthesize", "convert", "edit")
+RELEASE_GRACE = 5.0
+"""Seconds a check's hosts wait for their calls to unwind when the check ends."""
 SEED = 1234
 # Several sentences, so that an engine streaming a chunk per sentence has more than one chunk
 # to cancel between; ``--text`` names another input.
@@ -69,6 +72,9 @@ class Subject:
     discovery: Discovery
     text: str = TEXT
     shared: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    # The hosts this subject made, closed after each check (``release``).
+    _services: list[RuntimeService] = attrs.field(factory=list, init=False, repr=False)
+    _services_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
 
     @property
     def manifest(self) -> EngineManifest:
@@ -81,7 +87,21 @@ class Subject:
         return next((c for c in STREAMING if c in self.manifest.capabilities), None)
 
     def service(self, settings: Mapping[str, object] | None = None) -> RuntimeService:
-        return RuntimeService(settings, discovery=self.discovery)
+        """A new host, which ``release`` closes."""
+        service = RuntimeService(settings, discovery=self.discovery)
+        with self._services_lock:
+            self._services.append(service)
+        return service
+
+    def release(self, grace: float = RELEASE_GRACE) -> None:
+        """Close every host made since the last release: their calls are stopped and their
+        models unloaded, as a server's are, so that what an engine frees at unload is freed
+        between checks. An engine whose unload fails is resources.unload_releases' to report."""
+        with self._services_lock:
+            services, self._services = self._services, []
+        for service in services:
+            with contextlib.suppress(Exception):
+                service.close(grace=grace)
 
     def load(self, service: RuntimeService | None = None) -> LocalModel:
         """A freshly loaded model (a new host each time unless ``service`` is given).

@@ -18,6 +18,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         manifest("corpus-strict", "mizuoto_broken.strict:Engine"),
         # The good engine, told by its manifest to be checked on one word: too short to cancel.
         manifest("corpus-one-word", BASE, sample_text="Hello."),
+        manifest("corpus-counted", "mizuoto_broken.counted:Engine"),
         # A backend that cannot be reproducible, and says so: every other check must pass.
         manifest(
             "corpus-nondeterministic", "mizuoto_broken.nondeterministic:Engine", deterministic=False

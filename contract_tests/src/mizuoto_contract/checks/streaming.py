@@ -75,7 +75,7 @@ def lazy(subject: Subject) -> None:
 MORE_TEXTS = (
     "Digits and symbols: 0 1 2 3, 4.5 kg, 100% & 7/8... (yes) -- #42!",
     "Tokyo 東京 and Moscow Москва: words not written in Latin letters.",
-    " ".join(["A longer input, so that an engine streams it in more chunks than usual."] * 4),
+    " ".join(["A longer input, so that an engine streams it in more chunks than usual."] * 2),
 )
 """What stream.chunks_valid speaks besides the sample text: the inputs where chunking, number
 reading and vocabularies go wrong. An engine may refuse one with InvalidRequest."""

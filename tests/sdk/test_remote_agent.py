@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,22 +41,29 @@ TOKEN = b"a long random secret for the tests"
 SEED = 4242
 
 
-@pytest.fixture(scope="module")
-def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+@contextlib.contextmanager
+def running_agent(files: Path, **options: Any) -> Iterator[Agent]:
+    """An agent of the faulty engine serving on a thread of this process, until the block ends."""
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(SITE))
         service = faulty_service()
-        files = tmp_path_factory.mktemp("agent") / "files"
-        server = Agent(
-            service, TOKEN, heartbeat_interval=0.2, hello_timeout=2.0, files=files, devices=["cpu"]
-        )
+        server = Agent(service, TOKEN, files=files, devices=["cpu"], **options)
         server.serve("127.0.0.1", 0)
         thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
+        try:
+            yield server
+        finally:
+            server.shutdown()
+            thread.join(10)
+            service.close()
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    files = tmp_path_factory.mktemp("agent") / "files"
+    with running_agent(files, heartbeat_interval=0.2, hello_timeout=2.0) as server:
         yield server
-        server.shutdown()
-        thread.join(5)
-        service.close()
 
 
 def connect(agent: Agent) -> FrameSocket:
@@ -365,29 +373,18 @@ def test_a_hello_nested_deep_is_refused_as_malformed(
 def test_a_hello_trickled_a_byte_at_a_time_is_refused_at_its_deadline(tmp_path: Path) -> None:
     # What a user saw: the hello timeout counted per read, so a byte every few seconds kept a
     # connection without a token open for ever. Now the whole hello has hello_timeout seconds.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(SITE))
-        service = faulty_service()
-        slow = Agent(service, TOKEN, hello_timeout=1.0, files=tmp_path, devices=["cpu"])
-        slow.serve("127.0.0.1", 0)
-        serving = threading.Thread(target=slow.serve_forever, args=(0.05,), daemon=True)
-        serving.start()
-        try:
-            peer = connect(slow)
-            data = encode("hello", {"protocol": PROTOCOL, "token": TOKEN.decode(), "version": "x"})
-            sent = 0
-            # a byte every 0.25 s, each gap well inside the 1 s timeout; the agent answers first
-            while sent < len(data) and not select.select([peer.socket], [], [], 0.25)[0]:
-                peer.socket.sendall(data[sent : sent + 1])
-                sent += 1
-            assert sent < len(data), "the whole hello went through, a byte at a time"
-            refused = receive(peer)
-            assert refused.kind == "refused" and refused.header["detail"]["reason"] == "timeout"
-            assert_closed(peer)
-        finally:
-            slow.shutdown()
-            serving.join(10)
-            service.close()
+    with running_agent(tmp_path, hello_timeout=1.0) as slow:
+        peer = connect(slow)
+        data = encode("hello", {"protocol": PROTOCOL, "token": TOKEN.decode(), "version": "x"})
+        sent = 0
+        # a byte every 0.25 s, each gap well inside the 1 s timeout; the agent answers first
+        while sent < len(data) and not select.select([peer.socket], [], [], 0.25)[0]:
+            peer.socket.sendall(data[sent : sent + 1])
+            sent += 1
+        assert sent < len(data), "the whole hello went through, a byte at a time"
+        refused = receive(peer)
+        assert refused.kind == "refused" and refused.header["detail"]["reason"] == "timeout"
+        assert_closed(peer)
 
 
 def test_frames_with_fields_of_the_wrong_type_get_errors_naming_them(
@@ -465,24 +462,13 @@ def test_any_frame_a_host_sends_leaves_the_session_answering(
 def test_threads_come_back_to_their_baseline_after_many_sessions(tmp_path: Path) -> None:
     # What a user saw: one request thread kept per session ended (6 -> 24 -> 44 -> 64 threads).
     baseline = threading.active_count()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(SITE))
-        service = faulty_service()
-        busy = Agent(service, TOKEN, heartbeat_interval=0.2, files=tmp_path, devices=["cpu"])
-        busy.serve("127.0.0.1", 0)
-        serving = threading.Thread(target=busy.serve_forever, args=(0.05,), daemon=True)
-        serving.start()
-        try:
-            for index in range(12):
-                peer = session(busy)
-                call = {"id": 1, "capability": "call", "op": "echo", "arguments": {"n": index}}
-                peer.send("request", call)
-                assert receive(peer, skip=("heartbeat", "started")).header["value"] == {"n": index}
-                peer.close()
-            # the accept loop and the one request thread kept for the next session's requests
-            kept = baseline + 2
-            wait_until(lambda: threading.active_count() <= kept, 30, f"{kept} threads or fewer")
-        finally:
-            busy.shutdown()
-            serving.join(10)
-            service.close()
+    with running_agent(tmp_path, heartbeat_interval=0.2) as busy:
+        for index in range(12):
+            peer = session(busy)
+            call = {"id": 1, "capability": "call", "op": "echo", "arguments": {"n": index}}
+            peer.send("request", call)
+            assert receive(peer, skip=("heartbeat", "started")).header["value"] == {"n": index}
+            peer.close()
+        # the accept loop and the one request thread kept for the next session's requests
+        kept = baseline + 2
+        wait_until(lambda: threading.active_count() <= kept, 30, f"{kept} threads or fewer")

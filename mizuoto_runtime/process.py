@@ -80,6 +80,12 @@ class _Children:
         self._lock = threading.Lock()
         self._groups: set[_Group] = set()
         self._hooked = False
+        if hasattr(os, "register_at_fork"):  # a forked process owns none of these children
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._groups = set()
 
     def add(self, group: _Group) -> None:
         with self._lock:
@@ -109,25 +115,17 @@ def kill_children() -> int:
     return _children.kill()
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its forking thread ends;
-    None where there is no such request (not Linux, or no C library to ask through)."""
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, resolved in the parent (never in the child between fork and exec); None
+    where there is none to ask (not Linux, or no C library)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the owner died between the fork and the request
-            os._exit(1)
-
-    return arm
 
 
 class _Spawner:
@@ -135,15 +133,28 @@ class _Spawner:
     parent-death signal fires when the process ends and not when a request thread ends."""
 
     def __init__(self) -> None:
+        self._prctl = _prctl()
+        self._reset()
+        if hasattr(os, "register_at_fork"):  # a forked process has no spawner thread of its own
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[Any]], Future[Any]]]
         self._jobs = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def popen(self, args: Sequence[str | os.PathLike[str]], **popen: Any) -> subprocess.Popen[Any]:
-        arm = _parent_death_signal()
-        if arm is None:
+        prctl = self._prctl
+        if prctl is None:
             return subprocess.Popen(args, start_new_session=True, **popen)
+        parent = os.getpid()
+
+        def arm() -> None:  # in the child, before exec
+            prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the owner died between the fork and the request
+                os._exit(1)
+
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -157,8 +168,9 @@ class _Spawner:
         return done.result()
 
     def _run(self) -> None:
+        jobs = self._jobs  # this thread's queue, even after a fork resets the spawner
         while True:
-            start, done = self._jobs.get()
+            start, done = jobs.get()
             try:
                 done.set_result(start())
             except BaseException as error:  # the caller's to raise, on its own thread

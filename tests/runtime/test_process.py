@@ -224,3 +224,21 @@ def test_kill_children_kills_every_child_still_running():
         assert first.wait(BOUND) == -9
         assert second.wait(BOUND) == -9
     assert kill_children() == 0  # reaped children are no longer anyone's to kill
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_process_starts_children_of_its_own_and_kills_none_of_its_parents():
+    ctx = RequestContext()
+    with open_process(ctx, ["sleep", "30"]) as held:  # the spawner runs, a child is ours
+        pid = os.fork()
+        if pid == 0:  # the fork: no spawner thread, none of the parent's children
+            code = 1
+            try:
+                killed = kill_children()
+                done = run_process(RequestContext(), ["true"])
+                code = 0 if (killed, done.returncode) == (0, 0) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert held.poll() is None  # the parent's child was left alone

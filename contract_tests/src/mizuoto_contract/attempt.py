@@ -22,19 +22,35 @@ def _crash(subject: Subject, error: Exception) -> str:
     return "\n".join(lines) + "\n" + short_traceback(error)
 
 
+def _capabilities(subject: Subject, check: Check) -> tuple[str | None, ...]:
+    """The capabilities a check goes through: every streaming one the engine declares for a
+    check that streams, else the default one."""
+    if "streaming" in check.needs and subject.capabilities:
+        return subject.capabilities
+    return (None,)
+
+
 def outcome(subject: Subject, check: Check, timeout: float | None) -> tuple[str, str]:
     """Run the check's function here: ("passed" | "failed" | "skipped", message), before any
     expected failure is applied. Past ``timeout`` seconds it fails with every thread's stack."""
     try:
         with deadline(timeout):
-            try:
-                check.function(subject)
-            finally:
-                subject.release()  # the suite unloads what it loaded, whatever the check did
+            for capability in _capabilities(subject, check):
+                try:
+                    with subject.checking(capability):
+                        check.function(subject)
+                except Fail as failure:
+                    failure.capability = capability
+                    raise
+                finally:
+                    subject.release()  # the suite unloads what it loaded, whatever it did
     except Fail as failure:
         where = f"\nat {failure.where}" if failure.where else ""
+        said = failure.capability if len(subject.capabilities) > 1 else None
+        said = f" ({said})" if said is not None else ""
         return "failed", (
-            f"expected {failure.expected}\nobserved {failure.observed}{where}\nfix: {check.fix}"
+            f"expected {failure.expected}{said}\nobserved {failure.observed}{where}\n"
+            f"fix: {check.fix}"
         )
     except Skip as skip:
         return "skipped", str(skip)

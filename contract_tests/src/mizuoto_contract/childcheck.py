@@ -7,7 +7,7 @@ Python stack on its stderr, and ``faulthandler.dump_traceback_later`` dumps them
 child at the check's deadline. The suite's own process reads the signal or the timeout, reports
 it, and goes on with the next check.
 
-    child side: ``main([ENGINE, DEVICE, TEXT, CHECK_ID, TIMEOUT])`` prints one JSON line
+    child side: ``main([ENGINE, DEVICE, TEXT, CHECK_ID, TIMEOUT, EXAMPLES])`` prints one JSON line
 """
 
 from __future__ import annotations
@@ -63,7 +63,14 @@ def run(subject: Subject, check: Check, timeout: float) -> tuple[str, str]:
         "MIZUOTO_PLUGINS": subject.record.distribution,
         "PYTHONPATH": os.pathsep.join(p for p in path if p),
     }
-    argv = [subject.engine_id, subject.device, subject.text, check.id, str(timeout)]
+    argv = [
+        subject.engine_id,
+        subject.device,
+        subject.text,
+        check.id,
+        str(timeout),
+        str(subject.examples),
+    ]
     child = zygote.fork(
         argv, child_environment(environment, base), folder, cwd, list(path), "check"
     )
@@ -91,10 +98,10 @@ def main(argv: list[str]) -> None:
     from mizuoto_contract.subject import subject_for
     from mizuoto_sdk.host import Discovery
 
-    engine_id, device, text, check_id, timeout = argv[:5]
+    engine_id, device, text, check_id, timeout, examples = argv[:6]
     faulthandler.enable(all_threads=True)
     faulthandler.dump_traceback_later(float(timeout), exit=True)
-    subject = subject_for(engine_id, device, Discovery(), text)
+    subject = subject_for(engine_id, device, Discovery(), text, int(examples))
     [check] = [c for c in ALL if c.id == check_id]
     status, message = outcome(subject, check, None)
     faulthandler.cancel_dump_traceback_later()

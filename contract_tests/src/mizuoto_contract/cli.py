@@ -1,5 +1,5 @@
 """``mizuoto-contract ENGINE_OR_DISTRIBUTION... [--device D] [--check ID]... [--text TEXT]
-[--check-timeout SECONDS] [--fail-fast] [--list] [--json FILE] [--junit FILE]`` (also
+[--examples N] [--check-timeout SECONDS] [--fail-fast] [--list] [--json FILE] [--junit FILE]`` (also
 ``python -m mizuoto_contract``).
 
 Each check's result is printed as it ends, a failure with its rule, what was expected and seen,
@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
+from mizuoto_contract.inputs import DEFAULT_EXAMPLES
 from mizuoto_contract.registry import STATUSES, CheckResult
 from mizuoto_contract.watchdog import DEFAULT_CHECK_TIMEOUT
 
@@ -34,6 +35,15 @@ def _parser() -> argparse.ArgumentParser:
         "--text", default=None, help="what the checks speak (default: three sentences)"
     )
     parser.add_argument(
+        "--examples",
+        type=_examples,
+        default=DEFAULT_EXAMPLES,
+        metavar="N",
+        help="seeds tried per explored property, each with a short text by turns; a failure is "
+        "shrunk to the smallest failing seed found. Raise it for a deeper search "
+        f"(--examples 200) (default: {DEFAULT_EXAMPLES})",
+    )
+    parser.add_argument(
         "--check-timeout",
         type=float,
         default=DEFAULT_CHECK_TIMEOUT,
@@ -48,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, metavar="FILE")
     parser.add_argument("--junit", type=Path, metavar="FILE")
     return parser
+
+
+def _examples(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return number
 
 
 def totals(results: Sequence[CheckResult]) -> dict[str, int]:
@@ -139,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.checks,
                 discovery,
                 text=args.text,
+                examples=args.examples,
                 on_result=_print_result,
                 fail_fast=args.fail_fast,
                 check_timeout=args.check_timeout,

@@ -171,8 +171,9 @@ def _kind(kind: str, error: BaseException | None) -> Outcome:
 def interrupt_engine(
     subject: Subject, handle: LocalModel, ctx: RequestContext, reason: str
 ) -> Interrupted:
-    """Stop the engine's own stream (no host in between) with ``ctx.cancel(reason)``."""
-    stream = subject.engine_stream(handle, ctx)
+    """Stop the engine's own stream of the long text (no host in between) with
+    ``ctx.cancel(reason)``."""
+    stream = subject.engine_stream(handle, ctx, text=subject.long_text(handle))
 
     def step(job: Callable[[], object]) -> object:
         with subject.direct(ctx):
@@ -181,8 +182,9 @@ def interrupt_engine(
     return _interrupt(iter(stream), step, lambda: ctx.cancel(reason), allow_extra_chunks=False)  # type: ignore[call-overload]  # the engine's stream
 
 
-def interrupt_host(subject: Subject, handle: LocalModel) -> Interrupted:
-    """Cancel a seeded stream through the host (the request's cancel).
+def interrupt_host(subject: Subject, handle: LocalModel, text: str | None = None) -> Interrupted:
+    """Cancel a seeded stream of ``text`` (default: the long text) through the host (the
+    request's cancel).
 
     The host forwards a cancel to the engine within its watch interval, so a chunk or two may
     still arrive after it; the stream must end in CancelledError within the bound. A stream that
@@ -192,7 +194,9 @@ def interrupt_host(subject: Subject, handle: LocalModel) -> Interrupted:
 
     for _ in range(_HOST_TRIES):
         request = EngineRequest(params={"seed": SEED})
-        stream = subject.stream(handle, request)
+        stream = subject.stream(
+            handle, request, subject.long_text(handle) if text is None else text
+        )
         seen = _interrupt(
             stream, lambda job: job(), request.cancel, True, latency=5 * WATCH_INTERVAL
         )

@@ -12,6 +12,8 @@ class Fail(Exception):
         self.expected = expected
         self.observed = observed
         self.where = where
+        self.capability: str | None = None
+        """The capability being checked when it was raised (set by the suite)."""
 
 
 class Skip(Exception):

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from mizuoto_contract import childcheck, isolated
 from mizuoto_contract.attempt import outcome
 from mizuoto_contract.checks import ALL, IN_CHILD, ISOLATED
+from mizuoto_contract.inputs import DEFAULT_EXAMPLES
 from mizuoto_contract.outcome import ContractUsageError
 from mizuoto_contract.registry import Check, CheckResult, Status
 from mizuoto_contract.subject import Subject, subject_for
@@ -124,6 +125,7 @@ def run_contract(
     discovery: Discovery | None = None,
     *,
     text: str | None = None,
+    examples: int = DEFAULT_EXAMPLES,
     on_result: Callable[[CheckResult], None] | None = None,
     fail_fast: bool = False,
     check_timeout: float | None = DEFAULT_CHECK_TIMEOUT,
@@ -131,12 +133,13 @@ def run_contract(
     """Run the contract (or the named checks) against one engine on one device.
 
     ``on_result`` is called with each result as its check ends; ``fail_fast`` stops after the
-    first result that counts against the run. ``text`` is what the checks speak. A check that
+    first result that counts against the run. ``text`` is what the checks speak, ``examples`` how
+    many seeds each explored property tries (``mizuoto_contract.inputs``). A check that
     runs past ``check_timeout`` seconds fails with every thread's stack, and the run goes on.
     """
     import numpy  # noqa: F401 - imported before snapshots, so that importing is not a change
 
-    subject = subject_for(engine_id, device, discovery, text)
+    subject = subject_for(engine_id, device, discovery, text, examples)
     if subject.manifest.uses_torch:  # an engine that does not is checked without torch
         import torch  # noqa: F401
     known = {c.id for c in ALL}

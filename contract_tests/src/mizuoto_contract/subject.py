@@ -23,10 +23,11 @@ from typing import Any
 
 import attrs
 
+from mizuoto_contract.inputs import DEFAULT_EXAMPLES, LONG_TEXTS, Example, examples
 from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
 from mizuoto_contract.watchdog import died
 from mizuoto_runtime.context import RequestContext
-from mizuoto_sdk import AudioChunk, EngineError, EngineManifest
+from mizuoto_sdk import AudioChunk, EngineError, EngineManifest, InvalidRequest
 from mizuoto_sdk.host import Discovery, EngineRecord, EngineRequest, LocalModel, RuntimeService
 
 STREAMING = ("synthesize", "convert", "edit")
@@ -71,7 +72,10 @@ class Subject:
     record: EngineRecord
     discovery: Discovery
     text: str = TEXT
+    examples: int = DEFAULT_EXAMPLES
     shared: dict[str, Any] = attrs.field(factory=dict, repr=False)
+    # The streaming capability being checked, when the engine declares several (``checking``).
+    _checking: str | None = attrs.field(default=None, init=False, repr=False)
     # The hosts this subject made, closed after each check (``release``).
     _services: list[RuntimeService] = attrs.field(factory=list, init=False, repr=False)
     _services_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
@@ -83,8 +87,50 @@ class Subject:
 
     @property
     def capability(self) -> str | None:
-        """The streaming capability the checks exercise (synthesize first), or None."""
-        return next((c for c in STREAMING if c in self.manifest.capabilities), None)
+        """The streaming capability the checks exercise now (``checking``; by default the first
+        declared, synthesize first), or None."""
+        return self._checking or next(iter(self.capabilities), None)
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """Every streaming capability the engine declares, synthesize first."""
+        return tuple(c for c in STREAMING if c in self.manifest.capabilities)
+
+    @contextlib.contextmanager
+    def checking(self, capability: str | None) -> Iterator[None]:
+        """Exercise ``capability`` (one the engine declares; None: the default one) until the
+        block ends."""
+        saved, self._checking = self._checking, capability
+        try:
+            yield
+        finally:
+            self._checking = saved
+
+    def long_text(self, handle: LocalModel) -> str:
+        """What the checks that stop a stream speak: the longest of ``LONG_TEXTS`` the engine
+        takes (the sample text if it refuses them all with InvalidRequest), found once per
+        subject by starting a stream of each and closing it at its first chunk."""
+        key = f"long_text:{self.capability}"
+        if key not in self.shared:
+            found = self.text
+            if self.capability in ("synthesize", "edit"):
+                for text in LONG_TEXTS:
+                    stream = self.stream(handle, EngineRequest(params={"seed": SEED}), text)
+                    try:
+                        next(stream, None)
+                    except InvalidRequest:
+                        continue
+                    finally:
+                        with contextlib.suppress(EngineError):
+                            stream.close()
+                    found = text
+                    break
+            self.shared[key] = found
+        return self.shared[key]
+
+    def cases(self) -> list[Example]:
+        """The explored examples: ``examples`` seeds, short texts taking turns."""
+        return examples(self.text, self.examples, SEED)
 
     def service(self, settings: Mapping[str, object] | None = None) -> RuntimeService:
         """A new host, which ``release`` closes."""
@@ -135,29 +181,93 @@ class Subject:
         }[self.capability or "synthesize"]
 
     def stream(
-        self, handle: LocalModel, request: EngineRequest | None = None
+        self, handle: LocalModel, request: EngineRequest | None = None, text: str | None = None
     ) -> Generator[AudioChunk, None, None]:
-        """The host's stream of the checked capability."""
+        """The host's stream of the checked capability (``text``: another input than the sample
+        text), every chunk checked as it passes (``checked``)."""
         method = getattr(handle, self.capability or "synthesize")
-        return method(*self.arguments(), request)
+        said = "" if text is None or text == self.text else f" for {_quote(text)}"
+        return checked(method(*self.arguments(text), request), said)
 
-    def audio(self, handle: LocalModel, seed: int) -> bytes:
+    def audio(self, handle: LocalModel, seed: int, text: str | None = None) -> bytes:
         """All of a seeded stream's samples, as bytes, through the host."""
-        return join(list(self.stream(handle, EngineRequest(params={"seed": seed}))))
+        return join(list(self.stream(handle, EngineRequest(params={"seed": seed}), text)))
 
-    def close_early(self, handle: LocalModel) -> EngineError | None:
-        """Take one chunk of a seeded stream, then close it; the error closing raised, if any.
+    def speak(self, handle: LocalModel, example: Example) -> bytes | None:
+        """``audio`` for an explored example; None when the engine refuses its text with
+        InvalidRequest (an engine may refuse symbols or letters it cannot read, never its
+        sample text)."""
+        try:
+            return self.audio(handle, example.seed, example.text)
+        except InvalidRequest:
+            if example.text in self.text:
+                raise
+            return None
+
+    def close_early(self, handle: LocalModel, text: str | None = None) -> EngineError | None:
+        """Take one chunk of a seeded stream of ``text`` (default: the long text), then close it;
+        the error closing raised, if any.
 
         A failing close is stream.early_close's to report; the other checks that abort streams
         carry on past it.
         """
-        stream = self.stream(handle, EngineRequest(params={"seed": SEED}))
+        text = self.long_text(handle) if text is None else text
+        stream = self.stream(handle, EngineRequest(params={"seed": SEED}), text)
         next(stream)
         try:
             stream.close()
         except EngineError as error:
             return error
         return None
+
+    def context(self, seed: int) -> RequestContext:
+        """A context as the host makes one for a seeded request: the seed, and the params with
+        the seed among them."""
+        return RequestContext(seed=seed, params=self.params({"seed": seed}))
+
+    def engine_audio(
+        self, handle: LocalModel, text: str, seed: int, may_refuse: bool = False
+    ) -> bytes | None:
+        """The samples of the engine's own stream of ``text`` with ``seed``, every chunk checked;
+        None when the engine refused the text (allowed by ``may_refuse``) with InvalidRequest."""
+        import numpy as np
+
+        from mizuoto_contract.trace import generator_frame
+
+        ctx = self.context(seed)
+        said = "" if text == self.text else f" for {text[:32]!r}..., seed {seed}"
+        try:
+            iterator = iter(self.engine_stream(handle, ctx, text=text))  # type: ignore[call-overload]  # the engine's stream
+        except InvalidRequest:
+            if may_refuse:
+                return None
+            raise
+        roots = self.sources()
+        rates: list[int] = []
+        samples: list[np.ndarray] = []
+        count = 0
+        while True:
+            try:
+                with self.direct(ctx):
+                    chunk = next(iterator, None)
+            except InvalidRequest:
+                if may_refuse and count == 0:
+                    return None
+                raise
+            if chunk is None:
+                break
+            count += 1
+            problem = chunk_problem(chunk, rates[0] if rates else None)
+            if problem is not None:
+                where = generator_frame(iterator, roots)  # the engine's yield of this chunk
+                raise Fail(problem[0], f"chunk {count - 1}{said}: {problem[1]}", where)
+            rates.append(chunk.sample_rate)
+            values = chunk.samples
+            values = values.detach().float().cpu().numpy() if hasattr(values, "detach") else values
+            samples.append(np.asarray(values, dtype=np.float32).reshape(-1))
+        if count == 0:
+            raise Fail("at least one chunk", f"an empty stream{said}")
+        return np.concatenate(samples).tobytes()
 
     @contextlib.contextmanager
     def direct(self, ctx: RequestContext) -> Iterator[None]:
@@ -183,8 +293,9 @@ class Subject:
         """What the engine's own method returns (no host in between); ``text``: another input
         than the sample text."""
         method = getattr(handle.loaded_engine, self.capability or "synthesize")
+        params = self.params(ctx.params if params is None else params)
         with self.direct(ctx):
-            return method(*self.arguments(text), self.params(params), ctx)
+            return method(*self.arguments(text), params, ctx)
 
     def params(self, params: Mapping[str, object] | None = None) -> dict[str, object]:
         """``params`` as the host hands them to the engine: checked against the manifest's
@@ -306,6 +417,47 @@ def _other_hash_seed(parent: str | None) -> int:
             return seed
 
 
+def _quote(text: str) -> str:
+    return repr(text) if len(text) <= 32 else repr(text[:29]) + "..."
+
+
+def chunk_problem(chunk: object, rate: int | None) -> tuple[str, str] | None:
+    """What is wrong with one chunk of a stream, as (rule, observed); None when nothing is:
+    an AudioChunk of finite samples, not empty, at the stream's rate (``rate``: the earlier
+    chunks', None for the first)."""
+    import numpy as np
+
+    if not isinstance(chunk, AudioChunk):
+        kind = f"{type(chunk).__module__}.{type(chunk).__qualname__}"
+        return "every chunk a mizuoto_sdk.AudioChunk", kind
+    samples = chunk.samples
+    samples = samples.detach().float().cpu().numpy() if hasattr(samples, "detach") else samples
+    if samples.shape[-1] == 0:
+        return "non-empty chunks", "a chunk without samples"
+    if not np.isfinite(samples).all():
+        return "finite samples", "NaN or inf in a chunk"
+    if rate is not None and chunk.sample_rate != rate:
+        return "one sample rate per stream", f"a chunk at {chunk.sample_rate} Hz after {rate} Hz"
+    return None
+
+
+def checked(stream: Iterator[AudioChunk], said: str = "") -> Generator[AudioChunk, None, None]:
+    """``stream``, each chunk checked by ``chunk_problem`` as it passes (a Fail naming the chunk);
+    closing this closes ``stream``, and what its close raises comes through."""
+    rate: int | None = None
+    try:
+        for index, chunk in enumerate(stream):
+            problem = chunk_problem(chunk, rate)
+            if problem is not None:
+                raise Fail(problem[0], f"chunk {index}{said}: {problem[1]}")
+            rate = chunk.sample_rate
+            yield chunk
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
 def join(chunks: list[AudioChunk]) -> bytes:
     """The samples of host chunks (float32 mono), concatenated, as bytes."""
     import numpy as np
@@ -330,15 +482,18 @@ def subject_for(
     device: str = "cpu",
     discovery: Discovery | None = None,
     text: str | None = None,
+    examples: int = DEFAULT_EXAMPLES,
 ) -> Subject:
     """The engine ``engine_id`` as the checks see it; an unknown engine is a usage error."""
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+        raise ContractUsageError(f"examples: expected a whole number >= 1, got {examples!r}")
     discovery = discovery or Discovery()
     record = next(
         (r for r in discovery.records() if r.id == engine_id and r.manifest is not None), None
     )
     if record is None:
         raise ContractUsageError(f"no engine {engine_id!r}")
-    subject = Subject(engine_id, device, record, discovery)
+    subject = Subject(engine_id, device, record, discovery, examples=examples)
     # --text wins over the manifest's sample_text, which wins over the suite's own sentences.
     text = subject.manifest.sample_text if text is None else text
     if text is not None:

@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from mizuoto_contract import isolated
 from mizuoto_contract.checks.concurrency import concurrent
 from mizuoto_contract.checks.state import STREAM_OUTPUT
+from mizuoto_contract.inputs import Example, explore, first_sentence, other_text
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, differ, digest, join
-from mizuoto_sdk.host import EngineRequest
+from mizuoto_sdk.host import EngineRequest, LocalModel
 
 
 @contextlib.contextmanager
@@ -43,25 +44,41 @@ def _globals_reseeded() -> Iterator[None]:
         random.setstate(saved[1])
 
 
+def _texts(subject: Subject, turn: int) -> tuple[str, str]:
+    """The two texts a comparing check speaks: the sample text's first sentence and a short
+    text of another kind (``turn`` picks which)."""
+    return first_sentence(subject.text), other_text(turn)
+
+
+def _takes(subject: Subject, handle: LocalModel, texts: tuple[str, ...], seed: int) -> list[bytes]:
+    """The audio of each text with ``seed`` through the host (b"" for a text the engine refuses
+    with InvalidRequest, which it may do for any but the sample text)."""
+    return [subject.speak(handle, Example(text, seed)) or b"" for text in texts]
+
+
 def fresh_loads(subject: Subject) -> None:
-    first = subject.audio(subject.load(), SEED)
-    second = subject.audio(subject.load(), SEED)
-    if first != second:
-        raise Fail(
-            "bitwise-identical audio from two fresh loads with one seed", differ(first, second)
-        )
+    texts = _texts(subject, 0)
+    first = _takes(subject, subject.load(), texts, SEED)
+    second = _takes(subject, subject.load(), texts, SEED)
+    for text, one, other in zip(texts, first, second, strict=True):
+        if one != other:
+            raise Fail(
+                "bitwise-identical audio from two fresh loads with one seed",
+                f"{differ(one, other)}, for {text!r}",
+            )
 
 
 def applied_seed(subject: Subject) -> None:
     handle = subject.load()
+    text = first_sentence(subject.text)
     request = EngineRequest()  # no seed: the host draws one and reports it
-    unseeded = join(list(subject.stream(handle, request)))
+    unseeded = join(list(subject.stream(handle, request, text)))
     seed = request.applied.get("seed")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise Fail(
             "the seed an unseeded call used, as an int in request.applied['seed']", repr(seed)
         )
-    replay = subject.audio(handle, seed)
+    replay = subject.audio(handle, seed, text)
     if replay != unseeded:
         raise Fail(
             f"the unseeded call's audio again from a call with the seed it reported ({seed})",
@@ -71,7 +88,27 @@ def applied_seed(subject: Subject) -> None:
 
 def same_handle(subject: Subject) -> None:
     handle = subject.load()
-    first, second = subject.audio(handle, SEED), subject.audio(handle, SEED)
+    # The explored examples, against what stream.chunks_valid heard for them from its model
+    # (a first call each there; here later calls, after other examples), else twice here.
+    heard = subject.shared.get(f"explored:{subject.capability}")
+
+    def repeats(example: Example) -> None:
+        earlier = (heard or {}).get(example)
+        elsewhere = earlier is not None
+        if not elsewhere:
+            earlier = subject.engine_audio(handle, example.text, example.seed, True)
+        again = subject.engine_audio(handle, example.text, example.seed, True)
+        if earlier is None or again is None or again == earlier:
+            return
+        if elsewhere:  # another model's take: is this model's own repeatable?
+            earlier, again = again, subject.engine_audio(handle, example.text, example.seed)
+            if again == earlier:
+                return  # a fresh load's difference: determinism.fresh_loads's to report
+        raise Fail("the same audio from repeated calls with one seed", differ(earlier, again))
+
+    explore(repeats, subject.cases())
+    text = first_sentence(subject.text)
+    first, second = subject.audio(handle, SEED, text), subject.audio(handle, SEED, text)
     if first != second:
         raise Fail(
             "the same audio from one loaded model called twice with one seed",
@@ -109,21 +146,24 @@ def fresh_process(subject: Subject) -> None:
 
 def global_rng_independent(subject: Subject) -> None:
     handle = subject.load()
-    first = subject.audio(handle, SEED)
-    if subject.audio(handle, SEED) != first:
+    texts = _texts(subject, 1)
+    first = _takes(subject, handle, texts, SEED)
+    if _takes(subject, handle, texts, SEED) != first:
         raise Skip("not run: repeated calls already differ (see determinism.same_handle)")
     with _globals_reseeded():
-        second = subject.audio(handle, SEED)
-    if first != second:
-        raise Fail(
-            "output independent of the global torch/numpy/random generators",
-            f"reseeding them changed the audio ({differ(first, second)})",
-        )
+        second = _takes(subject, handle, texts, SEED)
+    for text, one, other in zip(texts, first, second, strict=True):
+        if one != other:
+            raise Fail(
+                "output independent of the global torch/numpy/random generators",
+                f"reseeding them changed the audio ({differ(one, other)}, for {text!r})",
+            )
 
 
 def seed_matters(subject: Subject) -> None:
     handle = subject.load()
-    if subject.audio(handle, 1) == subject.audio(handle, 2):
+    text = first_sentence(subject.text)
+    if subject.audio(handle, 1, text) == subject.audio(handle, 2, text):
         raise Fail(
             "different audio for seeds 1 and 2 (the manifest says stochastic=True)",
             "identical audio",
@@ -143,7 +183,7 @@ CHECKS = (
     ),
     Check(
         "determinism.same_handle",
-        "One seed gives the same audio on repeated calls.",
+        "One seed gives the same audio on repeated calls, for every explored seed and text.",
         "State carried from one call to the next (caches, counters) changes later takes.",
         "Reset per-call state at the start of each call; keep caches keyed by their inputs.",
         "core",

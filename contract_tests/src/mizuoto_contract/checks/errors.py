@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from mizuoto_contract.outcome import Fail
 from mizuoto_contract.registry import Check
@@ -24,8 +26,6 @@ def _drain(subject: Subject, ctx: RequestContext, returned: object) -> None:
 
 
 def not_mutated(subject: Subject) -> None:
-    import numpy as np
-
     handle = subject.load()
     # Only params the engine can expect (no invented keys: an engine may rightly refuse those).
     params = subject.params({"seed": SEED})
@@ -33,7 +33,7 @@ def not_mutated(subject: Subject) -> None:
     audio = sample_audio()
     audio.samples.setflags(write=False)  # read-only input must be accepted, too
     original = audio.samples.copy()
-    ctx = RequestContext(seed=SEED)
+    ctx = subject.context(SEED)
     arguments = {
         "synthesize": (subject.text,),
         "convert": (audio,),
@@ -43,10 +43,33 @@ def not_mutated(subject: Subject) -> None:
     with subject.direct(ctx):
         returned = method(*arguments, params, ctx)
     _drain(subject, ctx, returned)
+    _unchanged(subject.capability or "synthesize", params, expected, audio.samples, original)
+    if "prepare_voice" in subject.manifest.capabilities and _first_pass(subject):
+        # A writable recording: an engine that normalises it in place changes the caller's.
+        recording = sample_audio()
+        voices = tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-")
+        with voices as folder, subject.direct(ctx):
+            handle.loaded_engine.prepare_voice(recording, Path(folder) / "voice", params, ctx)
+        _unchanged("prepare_voice", params, expected, recording.samples, original)
+
+
+def _first_pass(subject: Subject) -> bool:
+    """The first of the passes a check makes over the engine's streaming capabilities (where
+    what is checked once, prepare_voice, is checked)."""
+    return subject.capability in (None, *subject.capabilities[:1])
+
+
+def _unchanged(
+    capability: str, params: object, expected: object, samples: object, original: object
+) -> None:
+    import numpy as np
+
     if params != expected:
-        raise Fail("params left as passed", f"{expected!r} became {params!r}")
-    if not np.array_equal(audio.samples, original):
-        raise Fail("input audio left as passed", "its samples changed")
+        raise Fail(
+            f"params left as {capability} was passed them", f"{expected!r} became {params!r}"
+        )
+    if not np.array_equal(samples, original):
+        raise Fail(f"input audio left as {capability} was given it", "its samples changed")
 
 
 def _loaded(subject: Subject) -> LoadedEngine:
@@ -75,7 +98,7 @@ def _raises_code(
 
 
 def unsupported(subject: Subject) -> None:
-    loaded, ctx = _loaded(subject), RequestContext(seed=SEED)
+    loaded, ctx = _loaded(subject), subject.context(SEED)
     audio, params = sample_audio(), subject.params({"seed": SEED})
     calls = {
         "synthesize": lambda: loaded.synthesize("hello", params, ctx),
@@ -103,7 +126,7 @@ def _nowhere():
 def invalid_input(subject: Subject) -> None:
     import numpy as np
 
-    loaded, ctx = _loaded(subject), RequestContext(seed=SEED)
+    loaded, ctx = _loaded(subject), subject.context(SEED)
     params = subject.params({"seed": SEED})
     empty = AudioChunk(np.zeros(0, np.float32), 16_000)
     cases = {
@@ -111,18 +134,27 @@ def invalid_input(subject: Subject) -> None:
         "convert": ("convert(empty audio)", lambda: loaded.convert(empty, params, ctx)),
         "edit": ("edit(audio, '')", lambda: loaded.edit(sample_audio(), "", params, ctx)),
     }
-    for capability, (what, call) in cases.items():
-        if capability not in subject.manifest.capabilities:
-            continue
-        seen = _raises_code(subject, ctx, call, "invalid_request")
-        if seen is not None:
-            raise Fail(f"{what} to raise InvalidRequest (invalid_request)", *seen)
+    checked = [subject.capability] if subject.capability in cases else []
+    with tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-") as folder:
+        if "prepare_voice" in subject.manifest.capabilities and _first_pass(subject):
+            voice = Path(folder) / "voice"
+            cases["prepare_voice"] = (
+                "prepare_voice(empty audio)",
+                lambda: loaded.prepare_voice(empty, voice, params, ctx),
+            )
+            checked.append("prepare_voice")
+        for capability in checked:
+            what, call = cases[capability]
+            seen = _raises_code(subject, ctx, call, "invalid_request")
+            if seen is not None:
+                raise Fail(f"{what} to raise InvalidRequest (invalid_request)", *seen)
 
 
 CHECKS = (
     Check(
         "inputs.not_mutated",
-        "Inputs (params, audio) are left as passed; read-only input works.",
+        "Inputs (params, audio) are left as passed, by every capability (prepare_voice too); "
+        "read-only input works.",
         "Callers reuse their inputs for retries and other engines.",
         "Copy before changing anything you were given.",
         "core",
@@ -140,7 +172,8 @@ CHECKS = (
     ),
     Check(
         "errors.invalid_input",
-        "Empty input raises InvalidRequest (code invalid_request), not another exception.",
+        "Empty input raises InvalidRequest (code invalid_request), not another exception, in "
+        "every capability (prepare_voice too).",
         "Clients show invalid_request errors to the user as their mistake, with the field.",
         "Check inputs first and raise InvalidRequest(message, {'field': ...}).",
         "core",

@@ -10,20 +10,26 @@ import time
 from typing import Any
 
 from mizuoto_contract.checks.state import STREAM_OUTPUT
+from mizuoto_contract.inputs import (
+    MEDIUM_TEXT,
+    NON_LATIN,
+    SYMBOLS,
+    Example,
+    explore,
+    first_sentence,
+)
 from mizuoto_contract.interrupt import STOP_BOUND_SECONDS, interrupt_engine, interrupt_host
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, differ, join
-from mizuoto_contract.trace import generator_frame
 from mizuoto_runtime.context import RequestContext
 from mizuoto_sdk import (
     AudioChunk,
     CancelledError,
     EngineError,
-    InvalidRequest,
     OperationTimeoutError,
 )
-from mizuoto_sdk.host import EngineRequest, LocalModel
+from mizuoto_sdk.host import EngineRequest
 
 LAZY_BOUND_SECONDS = 0.05
 
@@ -35,7 +41,7 @@ def _first(subject: Subject, ctx: RequestContext, iterator: object) -> object:
 
 def returns_generator(subject: Subject) -> None:
     handle = subject.load()
-    returned = subject.engine_stream(handle, RequestContext(seed=SEED))
+    returned = subject.engine_stream(handle, subject.context(SEED))
     if not inspect.isgenerator(returned):
         raise Fail("a generator (write the method with `yield`)", type(returned).__name__)
     returned.close()
@@ -62,7 +68,7 @@ def lazy(subject: Subject) -> None:
     counter = _torch_counter()
     started = time.perf_counter()
     with counter if counter is not None else contextlib.nullcontext():
-        returned = subject.engine_stream(handle, RequestContext(seed=SEED))
+        returned = subject.engine_stream(handle, subject.context(SEED))
     elapsed = time.perf_counter() - started
     if hasattr(returned, "close"):
         returned.close()
@@ -72,13 +78,10 @@ def lazy(subject: Subject) -> None:
         raise Fail("no work before the first next()", f"{counted}{elapsed * 1000:.0f} ms before it")
 
 
-MORE_TEXTS = (
-    "Digits and symbols: 0 1 2 3, 4.5 kg, 100% & 7/8... (yes) -- #42!",
-    "Tokyo 東京 and Moscow Москва: words not written in Latin letters.",
-    " ".join(["A longer input, so that an engine streams it in more chunks than usual."] * 2),
-)
-"""What stream.chunks_valid speaks besides the sample text: the inputs where chunking, number
-reading and vocabularies go wrong. An engine may refuse one with InvalidRequest."""
+MORE_TEXTS = (SYMBOLS, NON_LATIN, MEDIUM_TEXT)
+"""What stream.chunks_valid speaks besides the sample text and the explored examples: the inputs
+where chunking, number reading and vocabularies go wrong. An engine may refuse one with
+InvalidRequest."""
 
 
 def chunks_valid(subject: Subject) -> None:
@@ -87,57 +90,16 @@ def chunks_valid(subject: Subject) -> None:
         inputs += [(text, SEED + 1 + i, True) for i, text in enumerate(MORE_TEXTS)]
     handle = subject.load()
     for text, seed, may_refuse in inputs:
-        _chunks_valid_for(subject, handle, text, seed, may_refuse)
+        subject.engine_audio(handle, text, seed, may_refuse)
+    # Then seeds explored on short texts (the engine's own stream, chunk by chunk), each
+    # example's audio kept for determinism.same_handle to compare with.
+    spoken: dict[Example, bytes | None] = {}
 
+    def valid(example: Example) -> None:
+        spoken[example] = subject.engine_audio(handle, example.text, example.seed, True)
 
-def _chunks_valid_for(
-    subject: Subject, handle: LocalModel, text: str, seed: int, may_refuse: bool
-) -> None:
-    import numpy as np
-
-    ctx = RequestContext(seed=seed)
-    said = "" if text == subject.text else f" for {text[:32]!r}..., seed {seed}"
-    try:
-        iterator = iter(subject.engine_stream(handle, ctx, text=text))  # type: ignore[call-overload]  # the engine's stream
-    except InvalidRequest:
-        if may_refuse:
-            return
-        raise
-    roots = subject.sources()
-    rates: list[int] = []
-    count = 0
-    while True:
-        try:
-            with subject.direct(ctx):
-                chunk = next(iterator, None)
-        except InvalidRequest:
-            if may_refuse and count == 0:
-                return
-            raise
-        if chunk is None:
-            break
-        count += 1
-        where = generator_frame(iterator, roots)  # the engine's yield of this chunk
-        if not isinstance(chunk, AudioChunk):
-            kind = f"{type(chunk).__module__}.{type(chunk).__qualname__}"
-            raise Fail(
-                "every chunk a mizuoto_sdk.AudioChunk", f"chunk {count - 1}{said}: {kind}", where
-            )
-        samples = chunk.samples
-        samples = samples.detach().float().cpu().numpy() if hasattr(samples, "detach") else samples
-        if samples.shape[-1] == 0:
-            raise Fail("non-empty chunks", f"chunk {count - 1}{said} has no samples", where)
-        if not np.isfinite(samples).all():
-            raise Fail("finite samples", f"chunk {count - 1}{said} holds NaN or inf", where)
-        if rates and chunk.sample_rate != rates[0]:
-            raise Fail(
-                "one sample rate per stream",
-                f"chunk {count - 1}{said} at {chunk.sample_rate} Hz, earlier ones at {rates[0]} Hz",
-                where,
-            )
-        rates.append(chunk.sample_rate)
-    if count == 0:
-        raise Fail("at least one chunk", f"an empty stream{said}")
+    explore(valid, subject.cases())
+    subject.shared[f"explored:{subject.capability}"] = spoken
 
 
 LATE_CHUNKS = 3
@@ -146,7 +108,7 @@ LATE_CHUNKS = 3
 
 def early_close(subject: Subject) -> None:
     handle = subject.load()
-    ctx = RequestContext(seed=SEED)
+    ctx = subject.context(SEED)
     iterator = subject.engine_stream(handle, ctx)
     _first(subject, ctx, iterator)
     close = getattr(iterator, "close", None)
@@ -183,7 +145,10 @@ def early_close(subject: Subject) -> None:
 
 def _stops(subject: Subject, reason: str, error_type: type[EngineError]) -> None:
     handle = subject.load()
-    seen = interrupt_engine(subject, handle, RequestContext(seed=SEED), reason)
+    # On a model already used (a call ran to its end), as a server's models are: an engine
+    # whose later calls take another path (a cache, a warmed-up fast path) must stop there too.
+    subject.audio(handle, SEED, first_sentence(subject.text))
+    seen = interrupt_engine(subject, handle, subject.context(SEED), reason)
     if seen.outcome in (reason, "finished"):
         return  # stopped in time, or ended in time with nothing left to stop
     where = subject.where(seen.error) if seen.error is not None else None
@@ -215,15 +180,15 @@ def reuse_after_abort(subject: Subject) -> None:
     handle = subject.load()
     first = subject.audio(handle, SEED)
     if not subject.manifest.deterministic:  # its audio is not compared: calls must still work
-        subject.close_early(handle)
-        interrupt_host(subject, handle)
+        subject.close_early(handle, subject.text)
+        interrupt_host(subject, handle, subject.text)
         if not subject.audio(handle, SEED):
             raise Fail("audio from a call after an early close and a cancel", "no samples")
         return
     if subject.audio(handle, SEED) != first:
         raise Skip("not run: repeated calls already differ (see determinism.same_handle)")
-    subject.close_early(handle)
-    if interrupt_host(subject, handle).outcome != "cancelled":
+    subject.close_early(handle, subject.text)
+    if interrupt_host(subject, handle, subject.text).outcome != "cancelled":
         raise Skip("not run: the stream cannot be cancelled (see stream.cancel)")
     if subject.audio(handle, SEED) != first:
         raise Fail(
@@ -294,11 +259,13 @@ BASICS = (
     ),
     Check(
         "stream.chunks_valid",
-        "Every chunk is a non-empty AudioChunk of finite samples at one sample rate.",
+        "Every chunk is a non-empty AudioChunk of finite samples at one sample rate, for many "
+        "texts and seeds.",
         "Players and encoders downstream need a fixed rate and real numbers. Checked on the "
         "sample text and, where the output depends on text, on digits and symbols, words not "
         "written in Latin letters (which an engine may refuse with InvalidRequest) and a long "
-        "input, each with its own seed.",
+        "input, each with its own seed, then on seeds explored with short texts (--examples). "
+        "Every chunk any other check receives is checked the same way.",
         "Yield AudioChunk(samples, rate); clamp or fix NaNs at the source.",
         "streaming",
         chunks_valid,
@@ -332,8 +299,8 @@ CHECKS = (
     ),
     Check(
         "stream.cancel",
-        f"A cancel, during a step or between chunks, ends the stream with CancelledError "
-        f"within {STOP_BOUND_SECONDS:g} s.",
+        f"A cancel, during a step or between chunks of a long text, on a model already used, "
+        f"ends the stream with CancelledError within {STOP_BOUND_SECONDS:g} s.",
         "Users cancel long takes; an engine that never checks keeps the device busy.",
         "Call ctx.check_cancel() between steps and inside long ones (or wait with "
         "ctx.wait_cancelled()), and let its CancelledError propagate.",
@@ -344,8 +311,8 @@ CHECKS = (
     ),
     Check(
         "stream.timeout",
-        f"A timeout, during a step or between chunks, ends the stream with "
-        f"OperationTimeoutError within {STOP_BOUND_SECONDS:g} s.",
+        f"A timeout, during a step or between chunks of a long text, on a model already used, "
+        f"ends the stream with OperationTimeoutError within {STOP_BOUND_SECONDS:g} s.",
         "The server enforces time limits through the same context.",
         "Let the errors of ctx.check_cancel() propagate; do not catch and replace them.",
         "streaming",

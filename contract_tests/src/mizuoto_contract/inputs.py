@@ -1,0 +1,145 @@
+"""What the checks speak and with which seeds: texts where engines go wrong, and seeds explored
+property-based (bounded, the failing seed shrunk to the smallest one that still fails).
+
+A defect that shows for one seed in fourteen, or only for digits, or only past the first hundred
+words, passes a check that speaks one sentence with one seed. The checks that compare or
+validate audio speak several texts, each example with a seed of its own; the checks that stop a
+stream stop it in a long text. Examples are drawn deterministically (a run is reproducible), and
+``--examples N`` searches deeper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import attrs
+
+from mizuoto_contract.outcome import Fail
+
+DEFAULT_EXAMPLES = 18
+"""Seeds per explored property by default (``--examples N``): with the edges, every seed from 0
+to 14, so that a defect of one seed in fourteen shows."""
+MAX_SHRINKS = 12
+"""The most extra calls spent looking for a smaller failing seed."""
+
+SYMBOLS = "Digits and symbols: 0 1 2 3, 4.5 kg, 100% & 7/8... (yes) -- #42!"
+"""Digits, symbols, an ellipsis and words without letters (``--``, ``&``, ``#42!``)."""
+NON_LATIN = "Tokyo 東京 and Moscow Москва: words not written in Latin letters."
+"""Words an engine's vocabulary may lack; an engine may refuse them with InvalidRequest."""
+_SENTENCES = (
+    "The morning train left the station at seven, carrying letters, parcels and a few tired "
+    "travellers.",
+    "Somebody in the third carriage was reading aloud from a book about the history of bridges.",
+    "Outside, the fields turned from grey to green as the sun climbed over the low hills.",
+    "At the second stop a child asked why rivers never run out of water, and nobody answered.",
+    "The conductor counted tickets twice, then a third time, because the numbers did not agree.",
+)
+MEDIUM_TEXT = " ".join(_SENTENCES[:2])
+"""Two sentences: enough for an engine to stream in more chunks than usual."""
+LONG_TEXTS = (" ".join(_SENTENCES * 8), " ".join(_SENTENCES))
+"""What a stop or a cancel interrupts, as a reader of a long document sends it: several hundred
+words, else (an engine with a length limit refuses them) about eighty."""
+
+SHORT_TEXTS = (
+    "Seven bridges.",
+    "0 1... 4.5% #42!",
+    "東京 Москва.",
+)
+"""The short texts seeds are explored with (a call costs little), besides the sample text's
+first sentence: words, then digits and symbols, then letters not Latin."""
+
+
+def other_text(index: int) -> str:
+    """One of the short texts, by turns: a check that speaks two texts speaks the sample text
+    and this one."""
+    return SHORT_TEXTS[index % len(SHORT_TEXTS)]
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to its first sentence end (all of it when it has one sentence)."""
+    for index, character in enumerate(text):
+        if character in ".!?" and text[index + 1 : index + 2] in ("", " "):
+            return text[: index + 1]
+    return text
+
+
+def example_seeds(count: int, first: int) -> list[int]:
+    """``count`` seeds: ``first`` (the suite's own), the smallest ones from 0 up, and the edges an
+    engine converting seeds gets wrong (2**32 and 2**63 - 1, which a 32-bit seed or
+    ``np.random.seed`` cannot take; from 32 examples also 2**31 - 1 and 2**32 - 1). Small ones
+    first: the first failure is small."""
+    edges = [2**32, 2**63 - 1, 2**31 - 1, 2**32 - 1]
+    edges = edges[: max(0, min(len(edges), count // 8))]
+    small = [s for s in range(count) if s != first][: max(0, count - 1 - len(edges))]
+    return [first, *small, *edges][:count]
+
+
+@attrs.frozen
+class Example:
+    """One explored input: a text and a seed."""
+
+    text: str
+    seed: int
+
+    def describe(self) -> str:
+        text = self.text if len(self.text) <= 40 else self.text[:37] + "..."
+        return f"seed {self.seed}, text {text!r}"
+
+
+def examples(sample_text: str, count: int, first: int) -> list[Example]:
+    """``count`` examples: the seeds of ``example_seeds``, the texts taking turns (the sample
+    text's first sentence, then each of ``SHORT_TEXTS``)."""
+    texts = [first_sentence(sample_text), *SHORT_TEXTS]
+    return [
+        Example(texts[index % len(texts)], seed)
+        for index, seed in enumerate(example_seeds(count, first))
+    ]
+
+
+def _smaller(seed: int) -> Iterator[int]:
+    """Candidates below ``seed``, smallest first (halving toward 0, then one less)."""
+    seen: set[int] = set()
+    for candidate in (0, *(seed >> k for k in range(seed.bit_length() - 1, 0, -1)), seed - 1):
+        if 0 <= candidate < seed and candidate not in seen:
+            seen.add(candidate)
+            yield candidate
+
+
+def explore(prop: Callable[[Example], None], cases: Sequence[Example]) -> None:
+    """Run ``prop`` on each example; on the first that fails, look (boundedly) for a smaller
+    seed that fails the same way with that text, and fail naming the smallest found."""
+    tried = {case.seed for case in cases}
+    for number, case in enumerate(cases, start=1):
+        try:
+            prop(case)
+        except Fail as failure:
+            raise _shrunk(prop, case, failure, tried, number, len(cases)) from None
+
+
+def _shrunk(
+    prop: Callable[[Example], None],
+    case: Example,
+    failure: Fail,
+    tried: set[int],
+    number: int,
+    total: int,
+) -> Fail:
+    smallest, found = case, failure
+    shrinks = 0
+    improved = True
+    while improved and shrinks < MAX_SHRINKS:
+        improved = False
+        for seed in _smaller(smallest.seed):
+            if seed in tried or shrinks >= MAX_SHRINKS:
+                continue
+            tried.add(seed)
+            shrinks += 1
+            candidate = Example(smallest.text, seed)
+            try:
+                prop(candidate)
+            except Fail as again:
+                smallest, found, improved = candidate, again, True
+                break
+    note = f" (example {number} of {total}"
+    note += f", shrunk from seed {case.seed})" if smallest.seed != case.seed else ")"
+    return Fail(found.expected, f"{found.observed}, for {smallest.describe()}{note}", found.where)

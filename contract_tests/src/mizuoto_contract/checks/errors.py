@@ -48,8 +48,8 @@ def not_mutated(subject: Subject) -> None:
         # A writable recording: an engine that normalises it in place changes the caller's.
         recording = sample_audio()
         voices = tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-")
-        with voices as folder, subject.direct(ctx):
-            handle.loaded_engine.prepare_voice(recording, Path(folder) / "voice", params, ctx)
+        with voices as folder, subject.direct(ctx):  # an empty folder, as the host gives
+            handle.loaded_engine.prepare_voice(recording, Path(folder), params, ctx)
         _unchanged("prepare_voice", params, expected, recording.samples, original)
 
 
@@ -137,7 +137,7 @@ def invalid_input(subject: Subject) -> None:
     checked = [subject.capability] if subject.capability in cases else []
     with tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-") as folder:
         if "prepare_voice" in subject.manifest.capabilities and _first_pass(subject):
-            voice = Path(folder) / "voice"
+            voice = Path(folder)  # an empty folder, as the host gives
             cases["prepare_voice"] = (
                 "prepare_voice(empty audio)",
                 lambda: loaded.prepare_voice(empty, voice, params, ctx),

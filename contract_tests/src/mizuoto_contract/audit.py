@@ -3,9 +3,12 @@
 Engines share one process with the host, each other and the tests, so native code never seeds the
 global RNGs, edits the environment, cwd or sys.path, configures logging, or flips torch's global
 switches. ``scan_tree`` reads Python sources (it imports nothing), resolves import aliases
-(``import numpy as np``, ``from torch.backends import cudnn``) and reports each banned call or
-assignment with its rule. The SDK's architecture test runs it over this repository; the contract
-suite runs it over third-party engines.
+(``import numpy as np``, ``from torch.backends import cudnn``) and names spelled as strings
+(``getattr(torch, "manual_" + "seed")``, ``importlib.import_module(f"tor{'ch'}")``, ``setattr``:
+the string folded by ``mizuoto_contract.folding``), and reports each banned call or assignment
+with its rule. The SDK's architecture test runs it over this repository; the contract suite runs
+it over third-party engines. A name only known at run time is beyond it: the fresh process's
+diff (``mizuoto_contract.isolated``) sees what that spelling does.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import attrs
+
+from mizuoto_contract.folding import fold
 
 _CALLS: Mapping[str, tuple[str, ...]] = {
     "global_rng": (
@@ -121,6 +126,11 @@ HINTS: Mapping[str, str] = {
     "syntax": "fix the file so that it parses",
 }
 _MODULES = {"torch", "os", "sys", "numpy", "random", "logging", "warnings", "builtins"}
+# Calls that name an attribute or a module by a string (resolved when the string folds).
+_GETATTR = ("getattr", "builtins.getattr")
+_IMPORTS = ("importlib.import_module", "__import__", "builtins.__import__")
+_SETTERS = ("setattr", "builtins.setattr", "delattr", "builtins.delattr")
+_ITEM_SETTERS = ("operator.setitem", "operator.delitem", "operator.__setitem__")
 # (path glob relative to the scanned root, function name or "*", rule): exempt.
 # A rank process (a worker, or one an external launcher started) is the host's own: setting its
 # thread count and device at startup is the one process-state change allowed there.
@@ -158,6 +168,7 @@ class _Scanner(ast.NodeVisitor):
     def __init__(self, path: str) -> None:
         self.path = path
         self.aliases: dict[str, str] = {}
+        self.strings: dict[str, str] = {}  # names bound to a string constant
         self.functions: list[str] = ["<module>"]
         self.catching_warnings = 0
         self.found: list[Violation] = []
@@ -175,6 +186,28 @@ class _Scanner(ast.NodeVisitor):
             return None if base is None else f"{base}.{node.attr}"
         if isinstance(node, ast.Subscript):
             return self.resolve(node.value)
+        if isinstance(node, ast.Call):
+            return self._named_by_string(node)
+        return None
+
+    def _named_by_string(self, node: ast.Call) -> str | None:
+        """``getattr(torch, "manual_" + "seed")`` is torch.manual_seed and
+        ``importlib.import_module("tor" + "ch")`` is torch, when the string folds."""
+        function = self.resolve(node.func)
+        if function in _GETATTR and len(node.args) in (2, 3):
+            owner, name = self.resolve(node.args[0]), fold(node.args[1], self.strings)
+            return None if owner is None or name is None else f"{owner}.{name}"
+        if function in _IMPORTS and node.args:
+            module = fold(node.args[0], self.strings)
+            if module is None or module.startswith("."):
+                return None
+            listed = node.args[3:4] or [k.value for k in node.keywords if k.arg == "fromlist"]
+            # __import__("a.b") is the package a, unless a fromlist asks for a.b itself.
+            if function != "importlib.import_module" and not (
+                listed and isinstance(listed[0], (ast.List, ast.Tuple)) and listed[0].elts
+            ):
+                module = module.split(".")[0]
+            return module
         return None
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -233,8 +266,11 @@ class _Scanner(ast.NodeVisitor):
                     and not (rule == "warnings_filters" and self.catching_warnings)
                 ):
                     self._report(node, rule, f"{name}()")
-            if name in ("setattr", "builtins.setattr") and node.args:
-                self._assigned(node, node.args[0], suffix=_constant(node.args[1:2]))
+            if name in _SETTERS and len(node.args) >= 2:
+                attribute = fold(node.args[1], self.strings) or ""  # unknown: the owner's rule
+                self._assigned(node, node.args[0], suffix=attribute)
+            if name in _ITEM_SETTERS and node.args:
+                self._assigned(node, node.args[0])
         self.generic_visit(node)
 
     def _assigned(self, node: ast.AST, target: ast.AST, suffix: str = "") -> None:
@@ -253,36 +289,45 @@ class _Scanner(ast.NodeVisitor):
             self._alias(target, node.value)
         self.generic_visit(node)
 
+    def _bind(self, target: ast.AST, value: ast.AST) -> None:
+        """``NAME = "manual" + "_seed"``: later uses of NAME fold to the string."""
+        if isinstance(target, ast.Name):
+            text = fold(value, self.strings)
+            if text is None:
+                self.strings.pop(target.id, None)
+            else:
+                self.strings[target.id] = text
+
     def _alias(self, target: ast.AST, value: ast.AST) -> None:
         """``seed = torch.manual_seed`` or ``a, b = torch.backends.cuda, os.environ``: later uses
         of the local name resolve to what it was bound to."""
         if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
             for item, bound in zip(target.elts, value.elts, strict=False):
                 self._alias(item, bound)
-        elif isinstance(target, ast.Name) and isinstance(value, (ast.Attribute, ast.Name)):
+            return
+        self._bind(target, value)
+        if isinstance(target, ast.Name) and isinstance(value, (ast.Attribute, ast.Name, ast.Call)):
             name = self.resolve(value)
             if name is not None and name.split(".")[0] in _MODULES:
                 self.aliases[target.id] = name
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._assigned(node, node.target)
+        if isinstance(node.target, ast.Name) and node.target.id in self.strings:
+            joined = ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+            self._bind(node.target, joined)
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
             self._assigned(node, node.target)
+            self._alias(node.target, node.value)
         self.generic_visit(node)
 
     def visit_Delete(self, node: ast.Delete) -> None:
         for target in node.targets:
             self._assigned(node, target)
         self.generic_visit(node)
-
-
-def _constant(nodes: list[ast.expr]) -> str:
-    if nodes and isinstance(nodes[0], ast.Constant) and isinstance(nodes[0].value, str):
-        return nodes[0].value
-    return ""
 
 
 def scan_source(source: str, path: str = "<string>") -> list[Violation]:

@@ -1,11 +1,12 @@
-"""load.global_state, disguised: loading seeds torch's global generator through a computed name,
-so that the weights come out the same every time."""
+"""load.global_state, disguised: loading seeds torch's global generator through a function named
+by the model's options (a name read at run time, which no static scan resolves), so that the
+weights come out the same every time."""
 
 from __future__ import annotations
 
 from mizuoto_broken.base import BaseEngine
 
-_SAVED: list[object] = []
+_SAVED: list[object] = []  # numpy copies: a tensor kept here would outlive every unload
 
 
 class Engine(BaseEngine):
@@ -13,8 +14,9 @@ class Engine(BaseEngine):
         import torch
 
         if not _SAVED:
-            _SAVED.append(torch.get_rng_state())
-        getattr(torch, "manual" + "_seed")(0)  # the breakage: a global seed drawn at load
+            _SAVED.append(torch.get_rng_state().numpy().copy())
+        seeding = spec.options.get("seeding", "manual_seed")
+        getattr(torch, seeding)(0)  # the breakage: a global seed drawn at load
         return super().load(spec, runtime, ctx)
 
 
@@ -23,4 +25,4 @@ def restore() -> None:
     import torch
 
     if _SAVED:
-        getattr(torch, "set_rng_state")(_SAVED.pop())  # noqa: B009 - undone past the scan
+        torch.default_generator.set_state(torch.from_numpy(_SAVED.pop()))

@@ -65,6 +65,11 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("globals.untouched", variant="patched"),
         # Outside the package: the static scan reads an implementation's whole top-level package.
         broken("globals.static_scan", "mizuoto_broken_static:Engine"),
+        broken(
+            "globals.static_scan",
+            "mizuoto_broken_globals_static_scan__concat:Engine",
+            variant="concat",
+        ),
         broken("resources.unload_releases"),
         broken("resources.unload_releases", variant="handles"),
         broken("resources.no_threads"),

@@ -23,6 +23,12 @@ def mizuoto_engines() -> list[EngineManifest]:
         manifest(
             "corpus-nondeterministic", "mizuoto_broken.nondeterministic:Engine", deterministic=False
         ),
+        # The thread-unsafe native engine of determinism.concurrent--strtok, declaring it.
+        manifest(
+            "corpus-strtok-serialised",
+            "mizuoto_broken.determinism_concurrent__strtok:Engine",
+            max_concurrency=1,
+        ),
         broken("discovery.engine_import_torch_free"),
         broken("discovery.class_matches_manifest"),
         broken("load.device"),
@@ -43,6 +49,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("determinism.concurrent", variant="deadlock"),
         broken("determinism.concurrent", variant="native_crash"),
         broken("determinism.concurrent", variant="texts"),
+        broken("determinism.concurrent", variant="strtok"),
         broken("stream.generator"),
         broken("stream.lazy"),
         broken("stream.chunks_valid"),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
 
+from mizuoto_contract.checks.resources import reachable
 from mizuoto_contract.checks.state import load_leaves_state
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import NotLoadable, Subject
-from mizuoto_sdk import EngineError
+from mizuoto_sdk import EngineError, LoadedEngine
 from mizuoto_sdk.manifest import device_type
 
 
@@ -35,20 +35,28 @@ def loads_on_device(subject: Subject) -> None:
     handle.engine.unload()
 
 
-def _modules(value: object, depth: int = 0) -> Iterator[object]:
-    """The torch modules in ``value``; none where torch was never imported (a torch-free engine
-    holds none, which this observes rather than assumes)."""
+def _hidden_modules(loaded: LoadedEngine, declared: list[object]) -> list[str]:
+    """The torch modules reachable from the loaded engine (through its attributes, containers
+    and helper objects) that no declared handle covers, outermost first, with their paths; none
+    where torch was never imported (a torch-free engine holds none, which this observes rather
+    than assumes)."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return
-    if isinstance(value, torch.nn.Module):
-        yield value
-    elif depth < 2 and isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _modules(item, depth + 1)
-    elif depth < 2 and isinstance(value, dict):
-        for item in value.values():
-            yield from _modules(item, depth + 1)
+        return []
+    covered: set[int] = set()
+    for item in declared:
+        module = getattr(item, "module", item)
+        covered.update(map(id, module.modules() if hasattr(module, "modules") else [module]))
+    found = sorted(
+        (path.removeprefix("loaded."), type(value).__name__)
+        for path, value in reachable(loaded)
+        if isinstance(value, torch.nn.Module) and id(value) not in covered and path != "loaded"
+    )
+    outer: dict[str, str] = {}
+    for path, kind in found:  # a hidden module's own submodules go without saying
+        if not any(path.startswith((f"{o}.", f"{o}[")) for o in outer):
+            outer[path] = kind
+    return [f"{path} ({kind})" for path, kind in outer.items()]
 
 
 def handles_declared(subject: Subject) -> None:
@@ -62,22 +70,18 @@ def handles_declared(subject: Subject) -> None:
         raise Fail(
             "LoadedEngine.handles to be a sequence", f"{type(loaded.handles).__name__}"
         ) from None
-    covered: list[object] = []
-    for item in declared:
-        module = getattr(item, "module", item)
-        covered.extend(module.modules() if hasattr(module, "modules") else [module])
-    held = {id(m): name for name, value in vars(loaded).items() for m in _modules(value)}
-    hidden = [name for key, name in held.items() if not any(id(c) == key for c in covered)]
+    hidden = _hidden_modules(loaded, declared)
     handle.engine.unload()
     if hidden and not subject.manifest.uses_torch:
         raise Fail(
             "no torch module held by an engine that declares uses_torch=False",
-            f"holds {', '.join(sorted(hidden))}; declare uses_torch=True and list them in handles",
+            f"holds {', '.join(hidden)}; declare uses_torch=True and list them in handles",
         )
     if hidden:
         raise Fail(
-            "every torch module the engine holds listed in LoadedEngine.handles",
-            f"not listed: {', '.join(sorted(hidden))}",
+            "every torch module the engine holds (itself or through its helpers) listed in "
+            "LoadedEngine.handles",
+            f"not listed: {', '.join(hidden)}",
         )
 
 

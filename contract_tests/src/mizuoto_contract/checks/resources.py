@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import threading
+import types
 import weakref
 from collections.abc import Iterator
 
@@ -18,14 +20,19 @@ from mizuoto_contract.subject import SEED, Subject, differ
 # call left (a worker or cache made once is allowed), unload with the start.
 _LEAK_PHASES = ("second call", "early close", "cancel", "unload")
 _MAX_DEPTH = 8
+# Packages whose objects the walks do not look inside: the host's, torch's, numpy's, Python's.
+_NOT_OWNED = ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime", "types")
+_ATOMS = (str, bytes, int, float, complex, bool, type(None))
 
 
-def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
+def reachable(loaded: object) -> Iterator[tuple[str, object]]:
     """The loaded engine, and every nn.Module and tensor reachable from it, with their paths.
 
-    Follows attributes, containers, ModelHandles and modules' own attributes; stops at classes,
-    functions and modules, and at the SDK's, runtime's and libraries' own objects. Where torch
-    was never imported there are no modules or tensors: the loaded engine is all there is.
+    Follows attributes, containers, ModelHandles, modules' own attributes and whatever a helper
+    holds: an instance of the engine's (or a library's) class, callable or not, a bound method's
+    object, a partial's arguments, a closure's cells. Stops at classes, modules and the SDK's,
+    runtime's and libraries' own objects. Where torch was never imported there are no modules
+    or tensors: the loaded engine is all there is.
     """
     yield "loaded", loaded
     torch = sys.modules.get("torch")
@@ -37,47 +44,71 @@ def _reachable(loaded: object) -> Iterator[tuple[str, object]]:
     stack: list[tuple[str, object, int]] = [("loaded", loaded, 0)]
     while stack:
         path, value, depth = stack.pop()
-        if id(value) in seen or depth > _MAX_DEPTH:
+        if id(value) in seen or depth > _MAX_DEPTH or isinstance(value, _ATOMS):
             continue
         seen.add(id(value))
         if isinstance(value, torch.Tensor):
             yield path, value
-        elif isinstance(value, torch.nn.Module):
+            continue
+        if isinstance(value, torch.nn.Module):
             yield path, value
-            for name, module in value.named_children():
-                stack.append((f"{path}.{name}", module, depth + 1))
-            for name, tensor in [
+            inside = [
+                *value.named_children(),
                 *value.named_parameters(recurse=False),
                 *value.named_buffers(recurse=False),
-            ]:
-                stack.append((f"{path}.{name}", tensor, depth + 1))
-            for name, item in vars(value).items():
-                if not name.startswith("_"):
-                    stack.append((f"{path}.{name}", item, depth + 1))
+                *((k, v) for k, v in vars(value).items() if not k.startswith("_")),
+            ]
+            stack.extend((f"{path}.{name}", item, depth + 1) for name, item in inside)
         elif isinstance(value, ModelHandle):
             stack.append((f"{path}.module", value.module, depth + 1))
         elif isinstance(value, (list, tuple, set, frozenset)):
             stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
         elif isinstance(value, dict):
             stack.extend((f"{path}[{k!r}]", item, depth + 1) for k, item in value.items())
-        elif _owned(value):
-            stack.extend((f"{path}.{k}", item, depth + 1) for k, item in vars(value).items())
+        else:
+            stack.extend((f"{path}{step}", item, depth + 1) for step, item in _held_by(value))
+
+
+def _held_by(value: object) -> list[tuple[str, object]]:
+    """What a helper holds, each with the step that reaches it (``.name``)."""
+    if isinstance(value, types.MethodType):
+        return [(".__self__", value.__self__)]
+    if isinstance(value, functools.partial):
+        arguments = [*enumerate(value.args), *value.keywords.items()]
+        return [(".func", value.func), *((f".args[{k!r}]", a) for k, a in arguments)]
+    if isinstance(value, types.FunctionType):
+        cells = zip(value.__code__.co_freevars, value.__closure__ or (), strict=False)
+        return [(f".<{name}>", _contents(cell)) for name, cell in cells]
+    if not _owned(value):
+        return []
+    slots = [getattr(kind, "__slots__", ()) for kind in type(value).__mro__]
+    names = {n for s in slots for n in ((s,) if isinstance(s, str) else s) if n[:2] != "__"}
+    held = [(f".{name}", getattr(value, name, None)) for name in sorted(names)]
+    try:
+        return [*held, *((f".{k}", v) for k, v in vars(value).items())]
+    except TypeError:  # slots only
+        return held
+
+
+def _contents(cell: types.CellType) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not filled yet
+        return None
 
 
 def _owned(value: object) -> bool:
-    """An instance of the engine's own (or a user's) class, worth looking inside."""
-    kind = type(value)
-    if not hasattr(value, "__dict__") or isinstance(value, type) or callable(value):
+    """An instance of the engine's own (or a library's) class, worth looking inside."""
+    if isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)):
         return False
-    top = kind.__module__.partition(".")[0]
-    return top not in ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime", "types")
+    return type(value).__module__.partition(".")[0] not in _NOT_OWNED
 
 
 def _weak(loaded: object) -> list[tuple[str, weakref.ref[object]]]:
-    """Weak references to what ``_reachable`` finds (in a function of its own, so that no
+    """Weak references to what ``reachable`` finds (in a function of its own, so that no
     local variable of the check keeps the last one alive)."""
     refs = []
-    for path, value in _reachable(loaded):
+    for path, value in reachable(loaded):
         try:
             refs.append((path, weakref.ref(value)))
         except TypeError:

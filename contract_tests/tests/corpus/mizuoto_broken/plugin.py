@@ -83,6 +83,7 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("resources.no_processes"),
         broken("resources.no_temp_files"),
         broken("resources.reload"),
+        broken("load.handles_declared", variant="helper"),
         broken("inputs.not_mutated"),
         broken(
             "inputs.not_mutated",

@@ -1,25 +1,25 @@
-"""Checks that an engine gives back what it takes: memory, threads, processes, files."""
+"""Checks that an engine gives back what it takes: memory, threads, processes, files, sockets."""
 
 from __future__ import annotations
 
 import functools
 import gc
 import sys
-import threading
 import types
 import weakref
 from collections.abc import Iterator
 
 from mizuoto_contract.checks.state import STREAM_OUTPUT, phases_report
-from mizuoto_contract.interrupt import interrupt_host
+from mizuoto_contract.isolated import report
 from mizuoto_contract.outcome import Fail
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, differ
 
-# Left after these phases, a process or file is a leak: later calls compare with what the first
-# call left (a worker or cache made once is allowed), unload with the start.
+# Left after these phases, a process, file or socket is a leak: later calls compare with what the
+# first call left (a worker or cache made once is allowed), unload with the start.
 _LEAK_PHASES = ("second call", "early close", "cancel", "unload")
 _MAX_DEPTH = 8
+_MAX_LISTED = 8  # leaks named in a failure; the rest are counted
 # Packages whose objects the walks do not look inside: the host's, torch's, numpy's, Python's.
 _NOT_OWNED = ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime", "types")
 _ATOMS = (str, bytes, int, float, complex, bool, type(None))
@@ -134,45 +134,59 @@ def unload_releases(subject: Subject) -> None:
             "the loaded engine, its handles' modules and their tensors freed after unload",
             f"still referenced: {names}{more} (gc.get_referrers shows by whom)",
         )
-
-
-def _exercise(subject: Subject) -> None:
-    """Load, a full call, an early close, a cancel, and unload: everything a server does."""
-    service = subject.service()
-    handle = subject.load(service)
-    if subject.capability is not None:
-        subject.audio(handle, SEED)
-        subject.close_early(handle)
-        interrupt_host(subject, handle)
-    service.unload()
+    # Tensors the engine keeps apart from the loaded engine (a module-level cache of weights,
+    # a class attribute), counted in the fresh process from before the load to after unload.
+    memory = report(subject).get("memory", {}).get("unload", [])
+    if memory:
+        raise Fail(
+            "every torch tensor made since the load freed after unload (fresh process)",
+            "; ".join(memory),
+        )
 
 
 def no_threads(subject: Subject) -> None:
-    before = set(threading.enumerate())
-    _exercise(subject)
-    left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    for thread in left:
-        thread.join(timeout=0.5)
-    names = [t.name for t in left if t.is_alive()]
-    if names:
-        raise Fail("no thread left running after unload", ", ".join(names))
+    left = phases_report(subject, "threads", ("unload",))
+    if left:
+        raise Fail(
+            "no thread left running after unload that did not run before the engine's import "
+            "(fresh process)",
+            "; ".join(left),
+        )
+
+
+def _leaks(subject: Subject, *keys: str) -> list[str]:
+    """What the fresh process left under ``keys`` after the leak phases, each once, under the
+    phase after which it first showed: ``second call: pid 12 (S sleep), pid 13 (S sleep)``."""
+    first: dict[str, str] = {}
+    for key in keys:
+        for line in phases_report(subject, key, _LEAK_PHASES):
+            phase, _, item = line.partition(": ")
+            first.setdefault(item, phase)
+    grouped: dict[str, list[str]] = {}
+    for item, phase in list(first.items())[:_MAX_LISTED]:
+        grouped.setdefault(phase, []).append(item)
+    listed = [f"{phase}: {', '.join(grouped[phase])}" for phase in _LEAK_PHASES if phase in grouped]
+    more = len(first) - _MAX_LISTED
+    return [*listed, f"and {more} more"] if more > 0 else listed
 
 
 def no_processes(subject: Subject) -> None:
-    left = phases_report(subject, "processes", _LEAK_PHASES)
+    left = _leaks(subject, "processes")
     if left:
         raise Fail(
-            "no child process left behind by a call, a close, a cancel or unload (fresh process)",
+            "no child process left behind by a call, a close, a cancel or unload (fresh process; "
+            "a daemonised grandchild counts)",
             "; ".join(left),
         )
 
 
 def no_temp_files(subject: Subject) -> None:
-    left = phases_report(subject, "temp_files", _LEAK_PHASES)
+    left = _leaks(subject, "files", "sockets")
     if left:
         raise Fail(
-            "no temporary file left behind by a call, a close, a cancel or unload "
-            "(fresh process, its own temporary folder)",
+            "no file left behind in the temporary folder, the working folder or HOME, and no "
+            "socket left open, by a call, a close, a cancel or unload (fresh process, folders of "
+            "its own)",
             "; ".join(left),
         )
 
@@ -209,18 +223,23 @@ def reload(subject: Subject) -> None:
 CHECKS = (
     Check(
         "resources.unload_releases",
-        "After unload, the loaded engine, its modules (handles included) and tensors are freed.",
-        "A reference kept after unload keeps the weights in device and host memory.",
-        "Drop references in LoadedEngine.unload(); keep no module or tensor in globals or caches.",
+        "After unload, the loaded engine, its modules (handles included) and every tensor made "
+        "since the load are freed.",
+        "A reference kept after unload keeps the weights in device and host memory; a module "
+        "global or class attribute (a cache of weights) holds them for the process's life. "
+        "Counted in a fresh process: the tensors alive after unload against before the load.",
+        "Drop references in LoadedEngine.unload(); keep no module or tensor in globals, class "
+        "attributes or caches (or clear them at unload); the failure names the holder.",
         "core",
         unload_releases,
         requires=STREAM_OUTPUT,
     ),
     Check(
         "resources.no_threads",
-        "No thread the engine started is left running after unload.",
-        "Leaked threads keep the process alive and the device busy.",
-        "Join worker threads when the call or the model ends.",
+        "No thread the engine started, at import or later, is left running after unload.",
+        "Leaked threads keep the process alive and the device busy. Measured in a fresh "
+        "process against the threads that ran before the engine's module was imported.",
+        "Join worker threads when the call or the model ends; start none at import.",
         "core",
         no_threads,
         requires=STREAM_OUTPUT,
@@ -229,7 +248,8 @@ CHECKS = (
         "resources.no_processes",
         "No child process is left behind by a call, an early close, a cancel or unload.",
         "An engine wrapping a program that never kills or reaps it fills the process table and "
-        "keeps working after the caller gave up.",
+        "keeps working after the caller gave up. The fresh process adopts orphans (a subreaper, "
+        "on Linux), so a helper that daemonised itself (double fork, `sh -c 'cmd &'`) counts.",
         "Kill the program on cancel and close (try/finally around the stream), wait() for it, "
         "and stop long-lived helpers in LoadedEngine.unload().",
         "core",
@@ -238,9 +258,14 @@ CHECKS = (
     ),
     Check(
         "resources.no_temp_files",
-        "No temporary file is left behind by a call, an early close, a cancel or unload.",
-        "A server runs for months; files left per call fill its disk.",
-        "Use tempfile.TemporaryDirectory() (or remove files in finally), also on cancel.",
+        "No file (in the temporary folder, the working folder or HOME) and no open socket is "
+        "left behind by a call, an early close, a cancel or unload.",
+        "A server runs for months; files left per call fill its disk, sockets its descriptors "
+        "and ports. The fresh process has a temporary folder, working folder and HOME of its "
+        "own, listed after each phase with its open sockets.",
+        "Use tempfile.TemporaryDirectory() (or remove files in finally), also on cancel; write "
+        "nothing into the working folder or ~; close sockets (with-statement) when the call or "
+        "the model ends.",
         "core",
         no_temp_files,
         requires=STREAM_OUTPUT,

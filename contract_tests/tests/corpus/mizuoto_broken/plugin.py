@@ -83,6 +83,13 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("resources.no_processes"),
         broken("resources.no_temp_files"),
         broken("resources.reload"),
+        broken("resources.unload_releases", variant="weights"),
+        broken("resources.unload_releases", variant="class_attribute"),
+        broken("resources.no_threads", variant="import"),
+        broken("resources.no_processes", variant="daemon"),
+        broken("resources.no_temp_files", variant="home"),
+        broken("resources.no_temp_files", variant="cwd"),
+        broken("resources.no_temp_files", variant="socket"),
         broken("load.handles_declared", variant="helper"),
         broken("inputs.not_mutated"),
         broken(

@@ -1,8 +1,10 @@
-"""snapshot() notices each kind of process-state change, and names it."""
+"""snapshot() notices each kind of process-state change, and names it; a culprit watch names
+who made it."""
 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import logging
 import os
@@ -13,12 +15,13 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from mizuoto_contract.snapshot import snapshot
+from mizuoto_contract.snapshot import quick_state, snapshot, watch_culprits
 
 
 def _restore_torch_rng(state=torch.get_rng_state()):  # noqa: B008 - read once at import
@@ -294,3 +297,79 @@ def test_a_callable_that_appears_is_no_change_and_one_removed_is():
 def test_a_snapshot_changes_nothing_it_reads():
     first = snapshot()
     assert first.diff(snapshot()) == [] and snapshot().diff(first) == []
+
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+_DEPENDENCY = "chatty_dependency"  # a library that sets a variable and draws at import
+_ENGINE = "mizuoto_broken.load_global_state__dependency"  # an engine module importing it
+
+
+@pytest.fixture
+def fresh_corpus(monkeypatch: pytest.MonkeyPatch):
+    """The corpus on the path, the dependency and its engine module not imported yet (put back
+    as they were afterwards)."""
+    monkeypatch.syspath_prepend(str(CORPUS))
+    for name in (_DEPENDENCY, _ENGINE):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    yield
+    dependency = sys.modules.get(_DEPENDENCY)
+    if dependency is not None:
+        dependency.restore()
+
+
+def test_a_watch_names_the_module_whose_import_changed_state(fresh_corpus):
+    before = snapshot()
+    watch = watch_culprits()
+    try:
+        engine = importlib.import_module(_ENGINE)
+        changes = {c.name: c for c in before.diff(snapshot())}
+    finally:
+        watch.stop()
+    culprit = f"during the import of {_DEPENDENCY} (imported by {_ENGINE})"
+    assert changes["os.environ[CHATTY_DEPENDENCY_WORKERS]"].culprit == culprit
+    assert changes["random.state"].culprit == culprit
+    assert str(changes["random.state"]).endswith(f"({culprit})")
+    # The modules keep their own loaders, as if no watch had run.
+    assert type(engine.__loader__).__name__ == "SourceFileLoader"
+    assert engine.__spec__.loader is engine.__loader__
+
+
+@pytest.mark.skipif(sys.gettrace() is not None, reason="a debugger or coverage traces already")
+def test_a_watch_names_the_line_of_a_package_the_host_imported(fresh_corpus):
+    watch = watch_culprits()
+    try:
+        dependency = importlib.import_module(_DEPENDENCY)  # imported by no module: the host
+        after_import = snapshot()  # from here on, the package's functions are traced
+        dependency.restore()  # a function of the package changes state
+        changes = {c.name: c for c in after_import.diff(snapshot())}
+    finally:
+        watch.stop()
+    assert sys.gettrace() is None
+    path = Path(dependency.__file__).name
+    assert changes["random.state"].culprit.startswith(f"at {path}:")
+    assert changes["random.state"].culprit.endswith(" in restore")
+    assert changes["os.environ[CHATTY_DEPENDENCY_WORKERS]"].culprit.endswith(" in restore")
+
+
+def test_snapshots_name_no_culprit_without_a_watch():
+    watch = watch_culprits()
+    watch.stop()
+    before = snapshot()
+    os.environ["MIZUOTO_SNAPSHOT_TEST"] = "x"
+    try:
+        (change,) = before.diff(snapshot())
+    finally:
+        del os.environ["MIZUOTO_SNAPSHOT_TEST"]
+    assert change.culprit is None
+
+
+def test_the_quick_reading_names_entries_of_the_snapshot():
+    """What a watch compares at every line of an engine's code is named as the snapshot
+    names it, so that a culprit lands on the entry the diff shows."""
+    os.environ["MIZUOTO_SNAPSHOT_TEST"] = "x"
+    try:
+        names, entries = set(quick_state()), snapshot().entries
+        assert "os.environ[MIZUOTO_SNAPSHOT_TEST]" in entries
+    finally:
+        del os.environ["MIZUOTO_SNAPSHOT_TEST"]
+    assert names - {"os.environ"} <= set(entries)

@@ -7,11 +7,16 @@ thread count as a new thread sees it, signal handlers, the umask, the C locale, 
 each public callable of common modules is (a replaced ``torch.load``) into a flat mapping of named
 entries; ``diff`` names each entry that changed. torch is read only when it is already imported,
 and CUDA only once initialised, so taking a snapshot never changes what it measures.
+
+While a culprit watch runs (``watch_culprits``, see ``mizuoto_contract.culprit``), each snapshot
+also carries who changed its entries since the previous one: the module being imported or the line
+of the engine's code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import hashlib
 import locale
@@ -24,8 +29,11 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import attrs
+
+from mizuoto_contract import culprit
 
 
 @attrs.frozen
@@ -33,9 +41,11 @@ class Change:
     name: str
     before: object
     after: object
+    culprit: str | None = None  # who changed it, where a culprit watch saw it
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.before!r} -> {self.after!r}"
+        said = f"{self.name}: {self.before!r} -> {self.after!r}"
+        return f"{said} ({self.culprit})" if self.culprit else said
 
 
 @attrs.frozen(eq=False)
@@ -43,6 +53,8 @@ class Snapshot:
     """Named entries of process state; large states (RNGs) are kept as digests."""
 
     entries: Mapping[str, object]
+    culprits: Mapping[str, str] = attrs.field(factory=dict)
+    """Entry name -> who changed it since the previous snapshot (only while a watch runs)."""
 
     def diff(self, later: Snapshot) -> list[Change]:
         """What differs in ``later``, entry by entry (missing entries show as None).
@@ -52,7 +64,7 @@ class Snapshot:
         """
         names = sorted(set(self.entries) | set(later.entries))
         return [
-            Change(name, self.entries.get(name), later.entries.get(name))
+            Change(name, self.entries.get(name), later.entries.get(name), later.culprits.get(name))
             for name in names
             if self.entries.get(name) != later.entries.get(name)
             and not (name.startswith(_CALLABLE) and name not in self.entries)
@@ -150,17 +162,20 @@ def _logging_entries() -> Iterator[tuple[str, object]]:
     yield "logging.root.level", root.level
     yield "logging.root.handlers", tuple(_handler(h) for h in root.handlers)
     yield "logging.disable", logging.root.manager.disable
-    for name, logger in sorted(logging.root.manager.loggerDict.items()):
-        if isinstance(logger, logging.Logger) and (
-            logger.level or logger.handlers or not logger.propagate or logger.disabled
-        ):
-            state = (
-                logger.level,
-                tuple(_handler(h) for h in logger.handlers),
-                logger.propagate,
-                logger.disabled,
-            )
-            yield f"logging.logger[{name}]", state
+    configured = [
+        (name, logger)
+        for name, logger in logging.root.manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+        and (logger.level or logger.handlers or not logger.propagate or logger.disabled)
+    ]
+    for name, logger in sorted(configured, key=lambda item: item[0]):
+        state = (
+            logger.level,
+            tuple(_handler(h) for h in logger.handlers),
+            logger.propagate,
+            logger.disabled,
+        )
+        yield f"logging.logger[{name}]", state
 
 
 def _handler(handler: logging.Handler) -> tuple[str, int, int]:
@@ -258,23 +273,24 @@ def _process_entries() -> Iterator[tuple[str, object]]:
     """The garbage collector, every catchable signal's handler, the umask, the C locale."""
     yield "gc.enabled", gc.isenabled()
     yield "gc.threshold", gc.get_threshold()
-    for number in sorted(signal.valid_signals()):
+    for number in _SIGNALS:
         try:
             handler = signal.getsignal(number)
         except (ValueError, OSError):
             continue
         if handler is None:  # set from C, outside Python: not ours to read
             continue
-        try:
-            name = signal.Signals(number).name
-        except ValueError:  # a real-time signal, which has no name of its own
-            name = f"SIG{int(number)}"
+        name = _SIGNAL_NAMES.get(number, f"SIG{number}")  # a real-time signal has no name
         yield f"signal.{name}", getattr(handler, "__qualname__", handler)
     umask = _umask()
     if umask is not None:
         yield "os.umask", umask
     with contextlib.suppress(locale.Error, ValueError):  # a platform that cannot say
         yield "locale.LC_ALL", locale.setlocale(locale.LC_ALL, None)  # None: a query
+
+
+_SIGNALS = tuple(sorted(int(number) for number in signal.valid_signals()))
+_SIGNAL_NAMES = {int(member): member.name for member in signal.Signals}
 
 
 def _umask() -> str | None:
@@ -302,16 +318,65 @@ def snapshot() -> Snapshot:
         "sys.path": tuple(sys.path),
         "warnings.filters": tuple(map(repr, warnings.filters)),
     }
-    entries.update(_interpreter_entries())
     numpy = sys.modules.get("numpy")
     if numpy is not None and hasattr(numpy, "random"):
         entries["numpy.random.state"] = _digest(numpy.random.get_state(legacy=False))
     for key, value in os.environ.items():
         entries[f"os.environ[{key}]"] = value
-    entries.update(_process_entries())
-    entries.update(_torch_entries())
+    entries.update(_switch_entries())
     entries.update(_threads_entries())
     entries.update(_float_entries())
-    entries.update(_logging_entries())
     entries.update(_callable_entries())
-    return Snapshot(entries)
+    return Snapshot(entries, culprits=culprit.take())
+
+
+def _switch_entries() -> dict[str, object]:
+    """The entries that cost microseconds, besides those ``quick_state`` reads: what a culprit
+    watch compares around every module's import."""
+    entries = dict(_interpreter_entries())
+    entries.update(_process_entries())
+    entries.update(_torch_entries())
+    entries.update(_logging_entries())
+    return entries
+
+
+def quick_state() -> Mapping[str, object]:
+    """The state engines and libraries change most often, raw: the global RNGs, the environment,
+    the folder, the import path, the warning filters. Cheap enough (microseconds) to read at
+    every line of an engine's code, and only compared, never shown. Its keys are the snapshot's
+    entry names; ``os.environ``'s value maps each variable, for the entries ``os.environ[...]``."""
+    state: dict[str, object] = {
+        "random.state": random.getstate(),
+        # os.environ's own mapping: copying it takes a microsecond, decoding every entry fifty.
+        "os.environ": dict(getattr(os.environ, "_data", os.environ)),
+        "os.cwd": os.getcwd(),
+        "sys.path": tuple(sys.path),
+        "warnings.filters": tuple(warnings.filters),
+    }
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and hasattr(numpy, "random"):
+        state["numpy.random.state"] = _numpy_generator(numpy)
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_rng_state"):
+        state["torch.rng.cpu"] = torch.get_rng_state().numpy().tobytes()
+    return state
+
+
+_MT19937_BYTES = 624 * 4 + 4  # numpy's mt19937_state: the key's words, then the position
+
+
+def _numpy_generator(numpy: Any) -> object:
+    """numpy's global generator state: an MT19937's words read where they lie (a microsecond)
+    rather than copied into a dict (forty)."""
+    generator: Any = getattr(numpy.random, "get_bit_generator", lambda: None)()
+    if type(generator).__name__ == "MT19937":
+        return ctypes.string_at(generator.ctypes.state_address, _MT19937_BYTES)
+    return _digest(numpy.random.get_state(legacy=False))
+
+
+def watch_culprits() -> culprit.Watch:
+    """Start naming who changes the state from now on: each later snapshot carries, for every
+    entry that changed, the module being imported or the line of the engine's code that changed
+    it. The fresh process runs one through the engine's import and load; ``stop()`` it before
+    the calls, whose code it would slow down."""
+    return culprit.Watch.start(quick_state, _switch_entries)

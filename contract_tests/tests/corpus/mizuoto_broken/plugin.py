@@ -35,6 +35,8 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("load.global_state"),
         broken("load.global_state", variant="environ"),
         broken("load.global_state", variant="seed"),
+        broken("load.global_state", variant="dependency"),
+        broken("load.global_state", variant="numpy_draw"),
         broken("load.handles_declared"),
         broken("load.describe_json"),
         broken("load.describe_json", variant="after_call"),

@@ -8,6 +8,7 @@ import sys
 import types
 import weakref
 from collections.abc import Iterator
+from itertools import islice
 
 from mizuoto_contract.checks.state import STREAM_OUTPUT, phases_report
 from mizuoto_contract.isolated import report
@@ -19,6 +20,7 @@ from mizuoto_contract.subject import SEED, Subject, differ
 # first call left (a worker or cache made once is allowed), unload with the start.
 _LEAK_PHASES = ("second call", "early close", "cancel", "unload")
 _MAX_DEPTH = 8
+_MAX_ITEMS = 4_096  # items looked at in one container
 _MAX_LISTED = 8  # leaks named in a failure; the rest are counted
 # Packages whose objects the walks do not look inside: the host's, torch's, numpy's, Python's.
 _NOT_OWNED = ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime", "types")
@@ -61,10 +63,11 @@ def reachable(loaded: object) -> Iterator[tuple[str, object]]:
             stack.extend((f"{path}.{name}", item, depth + 1) for name, item in inside)
         elif isinstance(value, ModelHandle):
             stack.append((f"{path}.module", value.module, depth + 1))
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
-        elif isinstance(value, dict):
-            stack.extend((f"{path}[{k!r}]", item, depth + 1) for k, item in value.items())
+        elif isinstance(value, (list, tuple, set, frozenset, dict)):
+            pairs = value.items() if isinstance(value, dict) else enumerate(value)
+            # the first items only: a lexicon of a hundred thousand entries holds no model
+            items = [(k, v) for k, v in islice(pairs, _MAX_ITEMS) if not isinstance(v, _ATOMS)]
+            stack.extend((f"{path}[{k!r}]", item, depth + 1) for k, item in items)
         else:
             stack.extend((f"{path}{step}", item, depth + 1) for step, item in _held_by(value))
 

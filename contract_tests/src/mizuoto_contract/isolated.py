@@ -285,8 +285,12 @@ def _socket_names(links: set[str] | frozenset[str]) -> list[str]:
             for fields in (row.split() for row in rows):
                 if len(fields) > 9 and fields[9] in inodes:
                     local, remote = _address(fields[1]), _address(fields[2])
-                    listening = protocol.startswith("tcp") and fields[3] == "0A"
-                    what = f"listening on {local}" if listening else f"{local} to {remote}"
+                    if protocol.startswith("tcp") and fields[3] == "0A":
+                        what = f"listening on {local}"
+                    elif remote.rpartition(":")[2] == "0":  # not connected
+                        what = f"bound to {local}"
+                    else:
+                        what = f"{local} to {remote}"
                     names[inodes[fields[9]]] = f"{protocol} socket {what}"
     with contextlib.suppress(OSError):
         for fields in (r.split() for r in Path("/proc/self/net/unix").read_text().splitlines()):

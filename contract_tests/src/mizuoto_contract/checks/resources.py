@@ -7,6 +7,7 @@ import gc
 import sys
 import types
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from itertools import islice
 
@@ -23,7 +24,7 @@ _MAX_DEPTH = 8
 _MAX_ITEMS = 4_096  # items looked at in one container
 _MAX_LISTED = 8  # leaks named in a failure; the rest are counted
 # Packages whose objects the walks do not look inside: the host's, torch's, numpy's, Python's.
-_NOT_OWNED = ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime", "types")
+_NOT_OWNED = ("builtins", "torch", "numpy", "mizuoto_sdk", "mizuoto_runtime")
 _ATOMS = (str, bytes, int, float, complex, bool, type(None))
 
 
@@ -63,7 +64,7 @@ def reachable(loaded: object) -> Iterator[tuple[str, object]]:
             stack.extend((f"{path}.{name}", item, depth + 1) for name, item in inside)
         elif isinstance(value, ModelHandle):
             stack.append((f"{path}.module", value.module, depth + 1))
-        elif isinstance(value, (list, tuple, set, frozenset, dict)):
+        elif isinstance(value, (list, tuple, set, frozenset, deque, dict)):
             pairs = value.items() if isinstance(value, dict) else enumerate(value)
             # the first items only: a lexicon of a hundred thousand entries holds no model
             items = [(k, v) for k, v in islice(pairs, _MAX_ITEMS) if not isinstance(v, _ATOMS)]

@@ -226,16 +226,24 @@ class Subject:
         return RequestContext(seed=seed, params=self.params({"seed": seed}))
 
     def engine_audio(
-        self, handle: LocalModel, text: str, seed: int, may_refuse: bool = False
+        self,
+        handle: LocalModel,
+        text: str,
+        seed: int,
+        may_refuse: bool = False,
+        *,
+        named: bool = True,
     ) -> bytes | None:
         """The samples of the engine's own stream of ``text`` with ``seed``, every chunk checked;
-        None when the engine refused the text (allowed by ``may_refuse``) with InvalidRequest."""
+        None when the engine refused the text (allowed by ``may_refuse``) with InvalidRequest.
+        A failure names the text and seed unless ``named`` is false (an explored example's
+        report names them itself)."""
         import numpy as np
 
         from mizuoto_contract.trace import generator_frame
 
         ctx = self.context(seed)
-        said = "" if text == self.text else f" for {text[:32]!r}..., seed {seed}"
+        said = "" if text == self.text or not named else f" for {_quote(text)}, seed {seed}"
         try:
             iterator = iter(self.engine_stream(handle, ctx, text=text))  # type: ignore[call-overload]  # the engine's stream
         except InvalidRequest:

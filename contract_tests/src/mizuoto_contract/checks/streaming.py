@@ -97,7 +97,9 @@ def chunks_valid(subject: Subject) -> None:
     spoken: dict[Example, bytes | None] = {}
 
     def valid(example: Example) -> None:
-        spoken[example] = subject.engine_audio(handle, example.text, example.seed, True)
+        spoken[example] = subject.engine_audio(
+            handle, example.text, example.seed, True, named=False
+        )
 
     explore(valid, subject.cases())
     subject.shared[f"explored:{subject.capability}"] = spoken

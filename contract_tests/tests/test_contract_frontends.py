@@ -317,22 +317,29 @@ def test_a_skip_for_another_reason_than_a_capability_fails_the_run_in_every_tier
     assert totals([skipped("streaming", False), skipped("core", True)])["bad"] == 1
 
 
-def test_text_names_the_input_and_a_check_that_cannot_do_its_job_fails(corpus, capsys):
-    # One word is one chunk, produced at once: no cancel can happen through the host.
+def test_text_names_the_input_and_a_check_that_cannot_do_its_job_fails(corpus, capsys, monkeypatch):
+    from mizuoto_contract import subject as subjects
+
+    assert subjects.subject_for("corpus-good", text="Hello.").text == "Hello."
+    # The stop checks bring a long text of their own: one word to speak is no excuse.
+    assert main(["corpus-good", "--check", "stream.cancel", "--text", "Hello."]) == 0
+    capsys.readouterr()
+    # An engine that refuses every long text is stopped in its sample text: one word is one
+    # chunk, produced at once, so no cancel can happen through the host, and the check says so.
+    monkeypatch.setattr(subjects, "LONG_TEXTS", ())
     code = main(["corpus-good", "--check", "stream.cancel", "--text", "Hello."])
     out = capsys.readouterr().out
     assert code == 1 and "failed   stream.cancel" in out and "--text" in out
-    assert main(["corpus-good", "--check", "stream.cancel"]) == 0
-    capsys.readouterr()
     assert main(["corpus-good", "--text", "   "]) == 2
     assert "text: expected some words" in capsys.readouterr().err
 
 
-def test_the_manifests_sample_text_is_what_the_checks_speak_unless_text_is_given(corpus, capsys):
-    code = main(["corpus-one-word", "--check", "stream.cancel"])
-    out = capsys.readouterr().out
-    assert code == 1 and "failed   stream.cancel" in out
-    assert main(["corpus-one-word", "--check", "stream.cancel", "--text", "One. Two. Three."]) == 0
+def test_the_manifests_sample_text_is_what_the_checks_speak_unless_text_is_given(corpus):
+    from mizuoto_contract.subject import TEXT, subject_for
+
+    assert subject_for("corpus-one-word").text == "Hello."
+    assert subject_for("corpus-one-word", text="One. Two.").text == "One. Two."
+    assert subject_for("corpus-good").text == TEXT
 
 
 def test_a_run_from_another_folder_gets_a_fork_server_in_that_folder(corpus, tmp_path, monkeypatch):

@@ -31,6 +31,8 @@ ISOLATED = frozenset(
         "globals.untouched",
         "resources.no_processes",
         "resources.no_temp_files",
+        "resources.no_threads",
+        "resources.unload_releases",
     }
 )
 

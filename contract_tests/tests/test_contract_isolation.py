@@ -78,3 +78,14 @@ def test_weights_kept_in_a_module_global_are_found_with_their_holder(corpus):
 def test_a_module_inside_a_helper_object_is_named_by_its_path(corpus):
     message = _failure("broken-load-handles_declared--helper", "load.handles_declared", corpus)
     assert "observed not listed: smoother.layer (Identity)\n" in message, message
+
+
+def test_a_change_at_import_names_the_module_being_imported_and_its_importer(corpus):
+    message = _failure("broken-load-global_state--dependency", "load.global_state", corpus)
+    assert "during the import of chatty_dependency" in message, message
+    assert "imported by mizuoto_broken.load_global_state__dependency" in message
+
+
+def test_a_change_in_load_names_the_line_of_the_engines_code(corpus):
+    message = _failure("broken-load-global_state--numpy_draw", "load.global_state", corpus)
+    assert re.search(r"at \S*load_global_state__numpy_draw\.py:\d+ in \S*load", message), message

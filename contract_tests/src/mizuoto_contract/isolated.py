@@ -408,7 +408,7 @@ def _main(engine_id: str, device: str, text: str, folder: str | None = None) -> 
         import torch  # noqa: F401
 
     import mizuoto_runtime.runtime  # noqa: F401
-    from mizuoto_contract.snapshot import snapshot
+    from mizuoto_contract.snapshot import snapshot, watch_culprits
     from mizuoto_sdk.host import Discovery
 
     folders = {"tmp": tempfile.gettempdir()}
@@ -417,6 +417,7 @@ def _main(engine_id: str, device: str, text: str, folder: str | None = None) -> 
         sys.path[:] = [os.path.abspath(entry) for entry in sys.path]  # "" was the old folder
         os.chdir(folders["work"])
     baseline = snapshot()
+    watch = watch_culprits()  # names who changes state at import and load (Change.culprit)
     held0, threads0 = _Held.now(folders), set(threading.enumerate())
     started: dict[threading.Thread, str] = {}
     keys = ("state", "processes", "files", "sockets", "threads", "memory")
@@ -471,7 +472,9 @@ def _main(engine_id: str, device: str, text: str, folder: str | None = None) -> 
         names["service"] = subject.service()
         names["handle"] = subject.load(names["service"])
 
-    if not run("load", loaded):
+    loaded_well = run("load", loaded)
+    watch.stop()  # tracing would slow the calls down
+    if not loaded_well:
         return out
     if subject.capability is not None:
 

@@ -12,6 +12,7 @@ it, and goes on with the next check.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -22,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mizuoto_contract import zygote
+from mizuoto_contract import isolated, zygote
+from mizuoto_contract.outcome import Fail
 from mizuoto_contract.subject import child_environment
 from mizuoto_contract.watchdog import died, faulthandler_stacks
 
@@ -54,6 +56,9 @@ def _died(check: Check, code: int, stderr: str, timeout: float) -> str:
 
 def run(subject: Subject, check: Check, timeout: float) -> tuple[str, str]:
     """``check`` on ``subject`` in a fork of the zygote: its (status, message)."""
+    if "isolated" in subject.shared:  # the zygote runs one child at a time: let that one end
+        with contextlib.suppress(Fail):  # its readers report its failure
+            isolated.report(subject)
     folder = Path(tempfile.mkdtemp(prefix="mizuoto-contract-check-"))
     base, cwd, path = subject.shared.get(
         "isolated_start", (dict(os.environ), os.getcwd(), sys.path)

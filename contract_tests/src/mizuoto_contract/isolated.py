@@ -40,6 +40,7 @@ import attrs
 
 from mizuoto_contract import zygote
 from mizuoto_contract.interrupt import interrupt_host
+from mizuoto_contract.outcome import Fail
 from mizuoto_contract.subject import SEED, child_environment, child_result, digest, subject_for
 
 if TYPE_CHECKING:
@@ -130,12 +131,17 @@ def report(subject: Subject) -> dict[str, Any]:
 
     start(subject)
     cached = subject.shared.get("isolated_report")
+    if isinstance(cached, Fail):  # one failed run is every reader's failure
+        raise cached
     if cached is None:
         child, folder = subject.shared["isolated"]
         try:
             cached = child_result(
                 child, "the engine's life to run in a fresh process", _TIMEOUT_SECONDS
             )
+        except Fail as failure:
+            subject.shared["isolated_report"] = failure
+            raise
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         subject.shared["isolated_report"] = cached
@@ -479,13 +485,13 @@ def _main(engine_id: str, device: str, text: str, folder: str | None = None) -> 
     if subject.capability is not None:
 
         def call() -> None:
-            out["digest"] = digest(subject.audio(names["handle"], SEED))
+            out["digest"] = digest(subject.audio(names["handle"], SEED, subject.sentence))
 
         if not run("call", call):
             return out
         after_call = _Held.now(folders)
         steps: list[tuple[str, Callable[[], object]]] = [
-            ("second call", lambda: subject.audio(names["handle"], SEED)),
+            ("second call", lambda: subject.audio(names["handle"], SEED, subject.sentence)),
             ("early close", lambda: subject.close_early(names["handle"])),
             (
                 "cancel",

@@ -23,7 +23,13 @@ from typing import Any
 
 import attrs
 
-from mizuoto_contract.inputs import DEFAULT_EXAMPLES, LONG_TEXTS, Example, examples
+from mizuoto_contract.inputs import (
+    DEFAULT_EXAMPLES,
+    LONG_TEXTS,
+    Example,
+    examples,
+    first_sentence,
+)
 from mizuoto_contract.outcome import ContractUsageError, Fail, Skip
 from mizuoto_contract.watchdog import died
 from mizuoto_runtime.context import RequestContext
@@ -127,6 +133,12 @@ class Subject:
                     break
             self.shared[key] = found
         return self.shared[key]
+
+    @property
+    def sentence(self) -> str:
+        """The sample text's first sentence: what most comparing checks speak (a call costs
+        what its text is long)."""
+        return first_sentence(self.text)
 
     def cases(self) -> list[Example]:
         """The explored examples: ``examples`` seeds, short texts taking turns."""

@@ -118,9 +118,9 @@ def same_handle(subject: Subject) -> None:
 
 
 def fresh_process(subject: Subject) -> None:
-    audio = subject.audio(subject.load(), SEED)
+    audio = subject.audio(subject.load(), SEED, subject.sentence)
     with _globals_reseeded():
-        again = subject.audio(subject.load(), SEED)
+        again = subject.audio(subject.load(), SEED, subject.sentence)
     if again != audio:
         # A new process differs in both ways (its own load, its own global RNG states), so this
         # check would only repeat what the in-process checks report.

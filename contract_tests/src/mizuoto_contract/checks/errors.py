@@ -35,9 +35,9 @@ def not_mutated(subject: Subject) -> None:
     original = audio.samples.copy()
     ctx = subject.context(SEED)
     arguments = {
-        "synthesize": (subject.text,),
+        "synthesize": (subject.sentence,),
         "convert": (audio,),
-        "edit": (audio, subject.text),
+        "edit": (audio, subject.sentence),
     }[subject.capability or "synthesize"]
     method = getattr(handle.loaded_engine, subject.capability or "synthesize")
     with subject.direct(ctx):

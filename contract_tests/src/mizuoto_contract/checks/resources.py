@@ -124,7 +124,7 @@ def unload_releases(subject: Subject) -> None:
     service = subject.service()
     handle = subject.load(service)
     if subject.capability is not None:
-        subject.audio(handle, SEED)
+        subject.audio(handle, SEED, subject.sentence)
     refs = _weak(handle.loaded_engine)
     service.unload()
     del handle, service
@@ -207,10 +207,10 @@ def _tracked_bytes(service: object) -> int:
 def reload(subject: Subject) -> None:
     service = subject.service()
     before = _tracked_bytes(service)
-    first = subject.audio(subject.load(service), SEED)
+    first = subject.audio(subject.load(service), SEED, subject.sentence)
     service.unload()
     between = _tracked_bytes(service)
-    second = subject.audio(subject.load(service), SEED)
+    second = subject.audio(subject.load(service), SEED, subject.sentence)
     service.unload()
     after = _tracked_bytes(service)
     if subject.manifest.deterministic and first != second:

@@ -204,7 +204,7 @@ def equivalence(subject: Subject) -> None:
     """Chunks pulled one at a time, each from a thread of its own (as a server's thread pool
     does), against the whole output computed in one step by the host's ``collect``."""
     handle = subject.load()
-    for turn, text in enumerate((first_sentence(subject.text), SHORT_TEXTS[0])):
+    for turn, text in enumerate((subject.sentence, SHORT_TEXTS[0])):
         _equivalent(subject, handle, text, SEED + turn)
 
 
@@ -222,6 +222,8 @@ def _equivalent(subject: Subject, handle: LocalModel, text: str, seed: int) -> N
             except BaseException as error:
                 out.append(error)
 
+        # A thread per chunk, which ends with it: a thread that lived on would keep a team of
+        # torch's OpenMP threads that slows every later call on a machine with few cores.
         worker = threading.Thread(target=pull, name="mizuoto-contract-pull", daemon=True)
         worker.start()
         worker.join()

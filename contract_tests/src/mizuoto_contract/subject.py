@@ -135,6 +135,12 @@ class Subject:
         return self.shared[key]
 
     @property
+    def first_pass(self) -> bool:
+        """Whether the checked capability is the first (or only) one: what is checked once per
+        engine, not per capability, is checked then."""
+        return self.capability in (None, *self.capabilities[:1])
+
+    @property
     def sentence(self) -> str:
         """The sample text's first sentence: what most comparing checks speak (a call costs
         what its text is long)."""

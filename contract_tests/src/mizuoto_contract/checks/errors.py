@@ -44,19 +44,13 @@ def not_mutated(subject: Subject) -> None:
         returned = method(*arguments, params, ctx)
     _drain(subject, ctx, returned)
     _unchanged(subject.capability or "synthesize", params, expected, audio.samples, original)
-    if "prepare_voice" in subject.manifest.capabilities and _first_pass(subject):
+    if "prepare_voice" in subject.manifest.capabilities and subject.first_pass:
         # A writable recording: an engine that normalises it in place changes the caller's.
         recording = sample_audio()
         voices = tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-")
         with voices as folder, subject.direct(ctx):  # an empty folder, as the host gives
             handle.loaded_engine.prepare_voice(recording, Path(folder), params, ctx)
         _unchanged("prepare_voice", params, expected, recording.samples, original)
-
-
-def _first_pass(subject: Subject) -> bool:
-    """The first of the passes a check makes over the engine's streaming capabilities (where
-    what is checked once, prepare_voice, is checked)."""
-    return subject.capability in (None, *subject.capabilities[:1])
 
 
 def _unchanged(
@@ -136,7 +130,7 @@ def invalid_input(subject: Subject) -> None:
     }
     checked = [subject.capability] if subject.capability in cases else []
     with tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-") as folder:
-        if "prepare_voice" in subject.manifest.capabilities and _first_pass(subject):
+        if "prepare_voice" in subject.manifest.capabilities and subject.first_pass:
             voice = Path(folder)  # an empty folder, as the host gives
             cases["prepare_voice"] = (
                 "prepare_voice(empty audio)",

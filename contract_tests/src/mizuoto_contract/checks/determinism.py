@@ -102,7 +102,7 @@ def same_handle(subject: Subject) -> None:
             return
         if elsewhere:  # another model's take: is this model's own repeatable?
             earlier = again
-            again = subject.engine_audio(handle, example.text, example.seed, named=False)
+            again = subject.engine_audio(handle, example.text, example.seed, named=False) or b""
             if again == earlier:
                 return  # a fresh load's difference: determinism.fresh_loads's to report
         raise Fail("the same audio from repeated calls with one seed", differ(earlier, again))

@@ -7,6 +7,7 @@ import inspect
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mizuoto_contract.outcome import Fail
 from mizuoto_contract.registry import Check
@@ -48,13 +49,15 @@ def not_mutated(subject: Subject) -> None:
         # A writable recording: an engine that normalises it in place changes the caller's.
         recording = sample_audio()
         voices = tempfile.TemporaryDirectory(prefix="mizuoto-contract-voice-")
+        engine = handle.loaded_engine
+        assert engine is not None  # load() leaves the model loaded
         with voices as folder, subject.direct(ctx):  # an empty folder, as the host gives
-            handle.loaded_engine.prepare_voice(recording, Path(folder), params, ctx)
+            engine.prepare_voice(recording, Path(folder), params, ctx)
         _unchanged("prepare_voice", params, expected, recording.samples, original)
 
 
 def _unchanged(
-    capability: str, params: object, expected: object, samples: object, original: object
+    capability: str, params: object, expected: object, samples: Any, original: Any
 ) -> None:
     import numpy as np
 
@@ -123,7 +126,7 @@ def invalid_input(subject: Subject) -> None:
     loaded, ctx = _loaded(subject), subject.context(SEED)
     params = subject.params({"seed": SEED})
     empty = AudioChunk(np.zeros(0, np.float32), 16_000)
-    cases = {
+    cases: dict[str, tuple[str, Callable[[], object]]] = {
         "synthesize": ("synthesize('')", lambda: loaded.synthesize("", params, ctx)),
         "convert": ("convert(empty audio)", lambda: loaded.convert(empty, params, ctx)),
         "edit": ("edit(audio, '')", lambda: loaded.edit(sample_audio(), "", params, ctx)),

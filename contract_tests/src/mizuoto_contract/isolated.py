@@ -317,11 +317,19 @@ def _address(field: str) -> str:
     return f"{socket.inet_ntop(family, raw)}:{int(port, 16)}"
 
 
+def _hosts(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is the host's or the runtime's own, alive for the process by design
+    (the child-process spawner of ``ctx.open_process``), not the engine's."""
+    target = getattr(thread, "_target", None)
+    module = getattr(getattr(target, "__func__", target), "__module__", None) or ""
+    return module.partition(".")[0] in ("mizuoto_runtime", "mizuoto_sdk")
+
+
 def _threads_left(before: set[threading.Thread], started: dict[threading.Thread, str]) -> list[str]:
     """The threads running now that were not before the engine's import, with the phase
     after which each was first seen; those ending within a short grace are not left."""
     deadline = time.monotonic() + _THREAD_GRACE_SECONDS
-    left = [t for t in threading.enumerate() if t not in before]
+    left = [t for t in threading.enumerate() if t not in before and not _hosts(t)]
     for thread in left:
         with contextlib.suppress(RuntimeError, AssertionError):  # a foreign thread's stand-in
             thread.join(timeout=max(deadline - time.monotonic(), 0.0))

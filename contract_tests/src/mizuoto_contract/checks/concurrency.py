@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping
 
 import attrs
 
-from mizuoto_contract.inputs import first_sentence
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.subject import SEED, Subject, differ, join
 from mizuoto_sdk import AudioChunk, EngineError, Param
@@ -74,7 +73,7 @@ def calls(subject: Subject) -> tuple[Call, Call]:
             others[param.name] = value
             break
     return (
-        Call(first_sentence(subject.text), {"seed": SEED}),
+        Call(subject.sentence, {"seed": SEED}),
         Call(OTHER_TEXT, {"seed": SEED + 1, **others}),
     )
 

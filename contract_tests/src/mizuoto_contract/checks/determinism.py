@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from mizuoto_contract import isolated
 from mizuoto_contract.checks.concurrency import concurrent
 from mizuoto_contract.checks.state import STREAM_OUTPUT
-from mizuoto_contract.inputs import Example, explore, first_sentence, other_text
+from mizuoto_contract.inputs import Example, explore, other_text
 from mizuoto_contract.outcome import Fail, Skip
 from mizuoto_contract.registry import Check
 from mizuoto_contract.subject import SEED, Subject, differ, digest, join
@@ -47,7 +47,7 @@ def _globals_reseeded() -> Iterator[None]:
 def _texts(subject: Subject, turn: int) -> tuple[str, str]:
     """The two texts a comparing check speaks: the sample text's first sentence and a short
     text of another kind (``turn`` picks which)."""
-    return first_sentence(subject.text), other_text(turn)
+    return subject.sentence, other_text(turn)
 
 
 def _takes(subject: Subject, handle: LocalModel, texts: tuple[str, ...], seed: int) -> list[bytes]:
@@ -70,7 +70,7 @@ def fresh_loads(subject: Subject) -> None:
 
 def applied_seed(subject: Subject) -> None:
     handle = subject.load()
-    text = first_sentence(subject.text)
+    text = subject.sentence
     request = EngineRequest()  # no seed: the host draws one and reports it
     unseeded = join(list(subject.stream(handle, request, text)))
     seed = request.applied.get("seed")
@@ -108,7 +108,7 @@ def same_handle(subject: Subject) -> None:
         raise Fail("the same audio from repeated calls with one seed", differ(earlier, again))
 
     explore(repeats, subject.cases())
-    text = first_sentence(subject.text)
+    text = subject.sentence
     first, second = subject.audio(handle, SEED, text), subject.audio(handle, SEED, text)
     if first != second:
         raise Fail(
@@ -167,7 +167,7 @@ def seed_matters(subject: Subject) -> None:
     if not subject.first_pass:
         return  # stochastic is the engine's: another capability may rightly ignore the seed
     handle = subject.load()
-    text = first_sentence(subject.text)
+    text = subject.sentence
     if subject.audio(handle, 1, text) == subject.audio(handle, 2, text):
         raise Fail(
             "different audio for seeds 1 and 2 (the manifest says stochastic=True)",

@@ -15,7 +15,6 @@ from mizuoto_contract.inputs import (
     SHORT_TEXTS,
     Example,
     explore,
-    first_sentence,
 )
 from mizuoto_contract.interrupt import STOP_BOUND_SECONDS, interrupt_engine, interrupt_host
 from mizuoto_contract.outcome import Fail, Skip
@@ -148,7 +147,7 @@ def _stops(subject: Subject, reason: str, error_type: type[EngineError]) -> None
     handle = subject.load()
     # On a model already used (a call ran to its end), as a server's models are: an engine
     # whose later calls take another path (a cache, a warmed-up fast path) must stop there too.
-    subject.audio(handle, SEED, first_sentence(subject.text))
+    subject.audio(handle, SEED, subject.sentence)
     seen = interrupt_engine(subject, handle, subject.context(SEED), reason)
     if seen.outcome in (reason, "finished"):
         return  # stopped in time, or ended in time with nothing left to stop
@@ -179,7 +178,7 @@ def timeout(subject: Subject) -> None:
 
 def reuse_after_abort(subject: Subject) -> None:
     handle = subject.load()
-    text = first_sentence(subject.text)  # the aborted streams speak what is replayed
+    text = subject.sentence  # the aborted streams speak what is replayed
     first = subject.audio(handle, SEED, text)
     if not subject.manifest.deterministic:  # its audio is not compared: calls must still work
         subject.close_early(handle, text)

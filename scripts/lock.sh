@@ -12,6 +12,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "${PYTHON:-python3}" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r scripts/reference.txt
 python_version=$("$work/venv/bin/python" -c 'import platform; print(platform.python_version())')
 {
   echo "# The exact versions the tests and tools run with: a constraints file for scripts/install.sh."

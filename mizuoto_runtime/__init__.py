@@ -18,6 +18,9 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
   ``mask_for``, ``decode`` (the decode loop, step by step), ``generate``, ``peak_bytes``
 - acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
+- signal processing and text, loaded on first use: ``dsp`` (mel spectrograms, fbank, STFT,
+  resampling equal to librosa, Whisper, HiFi-GAN and Kaldi), ``text`` (tokenizers, normalisation,
+  sentences; never imports torch)
 - child processes killed on cancel and with their owner: ``open_process``, ``run_process``,
   ``kill_children``
 - several ranks: ``Groups`` (named process groups), and ``ColumnParallelLinear``,
@@ -34,7 +37,7 @@ from mizuoto_runtime import _moved
 _moved.install()
 
 if TYPE_CHECKING:
-    from mizuoto_runtime import accel, lm, ops
+    from mizuoto_runtime import accel, dsp, lm, ops, text
     from mizuoto_runtime.accel import Site, attention
     from mizuoto_runtime.accel.compile import Compiled, compile_module
     from mizuoto_runtime.accel.graphs import Graphs
@@ -93,6 +96,8 @@ _WHERE = {
     "pick_dtype": "mizuoto_runtime.devices.dtypes",
     "ModelHandle": "mizuoto_runtime.memory.handle",
     "ops": "mizuoto_runtime.ops",
+    "dsp": "mizuoto_runtime.dsp",
+    "text": "mizuoto_runtime.text",
     "init_random": "mizuoto_runtime.ops",
     "load_state_dict": "mizuoto_runtime.weights.checkpoint",
     "CheckpointError": "mizuoto_runtime.weights.checkpoint",
@@ -165,6 +170,7 @@ __all__ = [
     "compile_module",
     "current_context",
     "decode",
+    "dsp",
     "find_voice",
     "fold_weight_norm",
     "generate",
@@ -188,6 +194,7 @@ __all__ = [
     "run_process",
     "shard_state_dict",
     "strip_prefix",
+    "text",
     "voice_roots",
 ]
 

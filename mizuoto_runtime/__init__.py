@@ -41,11 +41,11 @@ if TYPE_CHECKING:
     from mizuoto_runtime.accel import Site, attention
     from mizuoto_runtime.accel.compile import Compiled, compile_module
     from mizuoto_runtime.accel.graphs import Graphs
-    from mizuoto_runtime.audio import resample
     from mizuoto_runtime.context import RequestContext, current_context
     from mizuoto_runtime.convert.onnx import load_onnx
     from mizuoto_runtime.devices.device import DeviceService, is_oom
     from mizuoto_runtime.devices.dtypes import DeviceProperties, pick_dtype
+    from mizuoto_runtime.dsp.resample import resample
     from mizuoto_runtime.lm import (
         BufferCache,
         DynamicCache,
@@ -129,7 +129,7 @@ _WHERE = {
     "compile_module": "mizuoto_runtime.accel.compile",
     "Compiled": "mizuoto_runtime.accel.compile",
     "load_onnx": "mizuoto_runtime.convert.onnx",
-    "resample": "mizuoto_runtime.audio",
+    "resample": "mizuoto_runtime.dsp.resample",
     "find_voice": "mizuoto_runtime.voices",
     "voice_roots": "mizuoto_runtime.voices",
     "Groups": "mizuoto_runtime.parallel",

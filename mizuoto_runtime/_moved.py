@@ -32,6 +32,7 @@ MOVED = {
     **{
         f"mizuoto_runtime.{name}": f"mizuoto_runtime.accel.{name}" for name in ("graphs", "compile")
     },
+    "mizuoto_runtime.audio": "mizuoto_runtime.dsp.resample",
 }
 
 

@@ -33,11 +33,19 @@ def positive_number(name: str, value: object) -> float:
 def band(sample_rate: float, fmin: object, fmax: object) -> tuple[float, float]:
     """``(fmin, fmax)`` with ``fmax`` None meaning Nyquist; 0 <= fmin < fmax <= sample_rate / 2."""
     nyquist = float(sample_rate) / 2
-    if isinstance(fmin, bool) or not isinstance(fmin, numbers.Real) or not 0 <= fmin < nyquist:
+    if (
+        isinstance(fmin, bool)
+        or not isinstance(fmin, numbers.Real)
+        or not 0 <= float(fmin) < nyquist
+    ):
         raise ValueError(f"fmin: expected a frequency in [0, {nyquist:g}) Hz, got {fmin!r}")
     if fmax is None:
         return float(fmin), nyquist
-    if isinstance(fmax, bool) or not isinstance(fmax, numbers.Real) or not fmin < fmax <= nyquist:
+    if (
+        isinstance(fmax, bool)
+        or not isinstance(fmax, numbers.Real)
+        or not float(fmin) < float(fmax) <= nyquist
+    ):
         raise ValueError(
             f"fmax: expected a frequency in ({float(fmin):g}, {nyquist:g}] Hz (above fmin, at most "
             f"sample_rate / 2), got {fmax!r}"

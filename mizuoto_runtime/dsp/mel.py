@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import numbers
 import warnings
-from typing import Literal
+from typing import Literal, cast, get_args
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -35,7 +35,8 @@ from mizuoto_runtime.dsp import _checks
 
 Norm = Literal["slaney"] | float | None
 
-_PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+PadMode = Literal["constant", "edge", "reflect", "symmetric"]
+_PAD_MODES: tuple[str, ...] = get_args(PadMode)
 _F_SP = 200.0 / 3  # Slaney's scale: linear below 1 kHz, 200/3 Hz per mel
 _MIN_LOG_HZ = 1000.0
 _MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
@@ -108,25 +109,23 @@ def melspectrogram(
         raise ValueError(f"pad_mode: expected one of {', '.join(_PAD_MODES)}, got {pad_mode!r}")
     if not center and y.shape[-1] < n_fft:
         raise ValueError(
-            f"y: without center, expected at least n_fft ({n_fft}) samples, got {y.shape[-1]}"
+            f"y: expected at least n_fft ({n_fft}) samples without center, got {y.shape[-1]}"
         )
     basis = _filters(sr, n_fft, n_mels, fmin, fmax, bool(htk), _norm(norm))
-    spectrum = np.abs(_stft(y, n_fft, hop_length, win_length, bool(center), pad_mode)) ** power
+    frames = _stft(y, n_fft, hop_length, win_length, bool(center), cast(PadMode, pad_mode))
+    spectrum = np.abs(frames) ** power
     return np.einsum("...ft,mf->...mt", spectrum, basis, optimize=True)
 
 
-def hann_periodic(length: int) -> np.ndarray:
-    """float64 [length]: ``scipy.signal.get_window("hann", length)`` (periodic), bitwise."""
-    return _hann(_checks.positive_int("length", length)).copy()
-
-
 def _norm(norm: object) -> str | float | None:
-    if norm is None or norm == "slaney":
-        return norm  # type: ignore[return-value]
+    if norm is None:
+        return None
+    if norm == "slaney":
+        return "slaney"
     if (
         isinstance(norm, bool)
         or not isinstance(norm, numbers.Real)
-        or not (norm > 0 or norm in (0, -np.inf))
+        or not (float(norm) > 0 or float(norm) in (0.0, -np.inf))
     ):
         raise ValueError(
             f"norm: expected 'slaney', None or a p-norm order (> 0, 0, inf or -inf), got {norm!r}"
@@ -206,6 +205,8 @@ def _p_normalize(weights: np.ndarray, order: float) -> np.ndarray:
 
 @functools.lru_cache(maxsize=32)
 def _hann(length: int) -> np.ndarray:
+    """``scipy.signal.get_window("hann", length)`` (periodic), bitwise: scipy adds 0.5 times
+    cos(0) = 1 to zeros, then 0.5 times the cosine."""
     if length == 1:
         window = np.ones(1)
     else:
@@ -229,7 +230,7 @@ def _frames(y: np.ndarray, n_fft: int, hop: int) -> np.ndarray:
 
 
 def _stft(
-    y: np.ndarray, n_fft: int, hop: int, win_length: int, center: bool, pad_mode: str
+    y: np.ndarray, n_fft: int, hop: int, win_length: int, center: bool, pad_mode: PadMode
 ) -> np.ndarray:
     """[..., 1 + n_fft // 2, frames] complex, framed and transformed as ``librosa.stft``."""
     half = n_fft // 2

@@ -7,3 +7,4 @@ python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no C
 python -m pytest -m cuda -q -rs -p no:cacheprovider
 python benchmarks/streaming.py --device cuda --trace
 python benchmarks/decode.py --device cuda --repeats 2 --no-mid
+python benchmarks/dsp.py --device cuda

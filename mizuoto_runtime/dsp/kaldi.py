@@ -142,12 +142,12 @@ def kaldi_fbank(
         previous = F.pad(frames.unsqueeze(0), (1, 0), mode="replicate").squeeze(0)[:, :-1]
         frames = frames - preemphasis_coefficient * previous
     frames = frames * _window(window_type, size, blackman_coeff, device, dtype).unsqueeze(0)
-    if padded != size:
+    if not raw_energy:  # the energy of the zero-padded frame, summed as torchaudio sums it
         frames = F.pad(frames.unsqueeze(0), (0, padded - size), mode="constant", value=0).squeeze(0)
-    if not raw_energy:
         log_energy = _log_energy(frames, epsilon, energy_floor)
 
-    spectrum = torch.fft.rfft(frames).abs()  # [m, padded // 2 + 1]
+    # rfft's own zero padding to n gives the bits of padding first, without the copy
+    spectrum = torch.fft.rfft(frames, n=padded).abs()  # [m, padded // 2 + 1]
     if use_power:
         spectrum = spectrum.pow(2.0)
     energies = torch.mm(

@@ -41,6 +41,7 @@ _F_SP = 200.0 / 3  # Slaney's scale: linear below 1 kHz, 200/3 Hz per mel
 _MIN_LOG_HZ = 1000.0
 _MIN_LOG_MEL = _MIN_LOG_HZ / _F_SP
 _LOGSTEP = np.log(6.4) / 27.0
+_BLOCK_BYTES = 2**18
 
 
 def mel_filters(
@@ -260,8 +261,12 @@ def _stft(
     complex_type = np.complex64 if y.dtype == np.float32 else np.complex128
     out = np.zeros((*y.shape[:-1], 1 + half, count), complex_type, order="F")
     window = _centred_window(n_fft, win_length)
+    # In blocks of about 256 KiB of input, as librosa: the same values, and faster in cache.
+    block = max(1, _BLOCK_BYTES // (int(np.prod(y.shape[:-1])) * n_fft * y.itemsize))
     done = 0
     for part in parts:
-        out[..., done : done + part.shape[-1]] = np.fft.rfft(window * part, axis=-2)
-        done += part.shape[-1]
+        for start in range(0, part.shape[-1], block):
+            chunk = part[..., start : start + block]
+            out[..., done : done + chunk.shape[-1]] = np.fft.rfft(window * chunk, axis=-2)
+            done += chunk.shape[-1]
     return out

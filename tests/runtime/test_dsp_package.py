@@ -41,8 +41,8 @@ def test_many_threads_with_different_settings_equal_serial_calls():
     jobs = [
         (
             16_000 + 1_000 * (i % 3),
-            int(rng.integers(256, 2048)),
-            int(rng.integers(20, 128)),
+            int(rng.integers(512, 2048)),
+            int(rng.integers(20, 64)),
             bool(i % 2),
             torch.from_numpy(rng.standard_normal(4_000 + 37 * i).astype(np.float32)),
             (80, 128)[i % 2],

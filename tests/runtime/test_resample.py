@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from mizuoto_runtime.dsp.resample import BETA, ZERO_CROSSINGS, resample
 from mizuoto_runtime.context import RequestContext
+from mizuoto_runtime.dsp.resample import BETA, ZERO_CROSSINGS, resample
 from mizuoto_sdk import CancelledError, OperationTimeoutError
 
 

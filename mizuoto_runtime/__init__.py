@@ -20,7 +20,7 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
 - signal processing and text, loaded on first use: ``dsp`` (mel spectrograms, fbank, STFT,
   resampling equal to librosa, Whisper, HiFi-GAN and Kaldi), ``text`` (tokenizers, normalisation,
-  sentences; never imports torch)
+  sentences; never imports torch), ``nn`` (codecs, vocoders, speech encoders from Hub folders)
 - child processes killed on cancel and with their owner: ``open_process``, ``run_process``,
   ``kill_children``
 - several ranks: ``Groups`` (named process groups), and ``ColumnParallelLinear``,
@@ -37,7 +37,7 @@ from mizuoto_runtime import _moved
 _moved.install()
 
 if TYPE_CHECKING:
-    from mizuoto_runtime import accel, dsp, lm, ops, text
+    from mizuoto_runtime import accel, dsp, lm, nn, ops, text
     from mizuoto_runtime.accel import Site, attention
     from mizuoto_runtime.accel.compile import Compiled, compile_module
     from mizuoto_runtime.accel.graphs import Graphs
@@ -97,6 +97,7 @@ _WHERE = {
     "ModelHandle": "mizuoto_runtime.memory.handle",
     "ops": "mizuoto_runtime.ops",
     "dsp": "mizuoto_runtime.dsp",
+    "nn": "mizuoto_runtime.nn",
     "text": "mizuoto_runtime.text",
     "init_random": "mizuoto_runtime.ops",
     "load_state_dict": "mizuoto_runtime.weights.checkpoint",
@@ -185,6 +186,7 @@ __all__ = [
     "load_state_dict",
     "mask_for",
     "multinomial1",
+    "nn",
     "open_process",
     "ops",
     "peak_bytes",

@@ -35,7 +35,6 @@ _CANDIDATE = re.compile(
 )
 _CJK_MARKS = frozenset("。！？｡")
 _OPEN = "\"'“‘«‹([{「『（【《〔〈"
-_WORD_BEFORE = re.compile(r"\S+$")
 _INITIALISM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 _CLAUSE = re.compile(r"(?P<mark>[,;:](?=\s)|[、，；：—])\s*|(?P<space>\s+)")
 
@@ -95,8 +94,8 @@ def _ends_sentence(text: str, match: re.Match[str]) -> bool:
         return True
     if "…" in mark or len(mark) > 1:
         return not after.islower()
-    word = _WORD_BEFORE.search(text, 0, match.start())
-    token = word[0].strip(_OPEN + _CLOSE) if word else ""
+    before = text[max(0, match.start() - 32) : match.start()]  # a bounded look back: linear
+    token = before.split()[-1].strip(_OPEN + _CLOSE) if before and not before[-1].isspace() else ""
     name = token.lower()
     if name in _TITLES:
         return False

@@ -1,0 +1,169 @@
+"""HiFi-GAN against transformers' SpeechT5HifiGan in the same process, bit for bit.
+
+Each checkpoint is a randomly initialised tiny SpeechT5HifiGan (random ``mean`` / ``scale`` too)
+written with ``save_pretrained``; both sides read the same folder. float32 and bfloat16 on the CPU
+are compared with ``torch.equal`` (bfloat16: ours loaded with ``dtype=`` against theirs after
+``.to(torch.bfloat16)``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from small_models import HostCopies
+from transformers import SpeechT5HifiGan, SpeechT5HifiGanConfig
+
+from mizuoto_runtime.memory.stream import stage_bytes
+from mizuoto_runtime.nn import load_vocoder
+from mizuoto_runtime.runtime import Runtime
+from mizuoto_sdk.errors import EngineUnavailable
+
+MELS = 12
+SHAPES = {
+    "two-stages": {"upsample_rates": [4, 4], "upsample_kernel_sizes": [8, 8]},
+    "uneven": {
+        "upsample_rates": [3, 2, 2],
+        "upsample_kernel_sizes": [7, 4, 5],
+        "resblock_kernel_sizes": [3, 5],
+        "resblock_dilation_sizes": [[1, 2], [1, 3, 5]],
+        "leaky_relu_slope": 0.2,
+        "normalize_before": False,
+    },
+    "one-kernel": {
+        "upsample_rates": [5],
+        "upsample_kernel_sizes": [11],
+        "resblock_kernel_sizes": [7],
+        "resblock_dilation_sizes": [[2]],
+        "upsample_initial_channel": 8,
+    },
+}
+
+
+def save(directory: Path, seed: int = 0, **overrides: object) -> tuple[SpeechT5HifiGan, Path]:
+    fields: dict[str, object] = {"model_in_dim": MELS, "upsample_initial_channel": 16}
+    fields.update(overrides)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = SpeechT5HifiGan(SpeechT5HifiGanConfig(**fields)).eval()
+        with torch.no_grad():
+            model.mean.normal_()
+            model.scale.uniform_(0.5, 2.0)
+    model.save_pretrained(directory)
+    return model, directory
+
+
+def mel(batch: int = 2, frames: int = 9, seed: int = 1) -> torch.Tensor:
+    return torch.randn(batch, frames, MELS, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_float32_is_bitwise_upstream_batched_and_unbatched(tmp_path: Path, shape: str):
+    theirs, folder = save(tmp_path, **SHAPES[shape])
+    ours = load_vocoder(folder)
+    x = mel()
+    with torch.no_grad():
+        expected, expected_one = theirs(x), theirs(x[1])
+    assert torch.equal(ours(x), expected)
+    assert torch.equal(ours(x[1]), expected_one)
+
+
+@pytest.mark.parametrize("shape", ["two-stages", "uneven"])
+def test_bfloat16_is_bitwise_upstream_in_bfloat16(tmp_path: Path, shape: str):
+    theirs, folder = save(tmp_path, **SHAPES[shape])
+    ours = load_vocoder(folder, dtype=torch.bfloat16)
+    x = mel()
+    with torch.no_grad():
+        expected = theirs.to(torch.bfloat16)(x.bfloat16())
+    out = ours(x)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, expected)
+
+
+def test_a_sharded_folder_loads_and_building_draws_nothing(tmp_path: Path):
+    theirs, _ = save(tmp_path / "one")
+    theirs.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    before = torch.random.get_rng_state()
+    ours = load_vocoder(tmp_path / "sharded")
+    assert torch.equal(torch.random.get_rng_state(), before)
+    with torch.no_grad():
+        assert torch.equal(ours(mel()), theirs(mel()))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("resblock_kernel_sizes", [3, 4, 11]),
+        ("upsample_kernel_sizes", [8]),
+        ("normalize_before", "yes"),
+        ("upsample_rates", [0, 4]),
+    ],
+)
+def test_a_config_it_cannot_honour_is_engine_unavailable_naming_the_field(
+    tmp_path: Path, field: str, value: object
+):
+    _, folder = save(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(EngineUnavailable, match=field):
+        load_vocoder(folder)
+
+
+def test_bad_mel_is_a_value_error_naming_the_argument(tmp_path: Path):
+    ours = load_vocoder(save(tmp_path)[1])
+    for bad in (
+        torch.zeros(2, 3, MELS + 1),
+        torch.zeros(1, 1, 3, MELS),
+        torch.zeros(3, MELS).long(),
+    ):
+        with pytest.raises(ValueError, match="mel"):
+            ours(bad)
+
+
+def test_streamed_weights_give_the_resident_output_bitwise(tmp_path: Path):
+    overrides = {**SHAPES["uneven"], "upsample_initial_channel": 64}
+    ours = load_vocoder(save(tmp_path, **overrides)[1])
+    x = mel()
+    expected = ours(x)
+    (handle,) = ours.handles
+    slot = max(stage_bytes(p) for p in handle.unit_parts)
+    budget = handle.base.nbytes + 2 * slot
+    assert budget < handle.size_bytes
+    rt = Runtime(simulate={"cpu": budget})
+    rt.manager.register([handle], owner="hifigan@cpu")
+    with HostCopies(handle.unit_parts) as copies, rt.manager.use(handle, working_bytes=0):
+        out = ours(x)
+    assert handle.streamed_bytes > 0 and copies.count > 0
+    assert torch.equal(out, expected)
+
+
+def test_threads_sharing_one_vocoder_get_the_same_output(tmp_path: Path):
+    ours = load_vocoder(save(tmp_path)[1])
+    inputs = [mel(seed=s) for s in range(4)]
+    expected = [ours(x) for x in inputs]
+    outs: dict[int, torch.Tensor] = {}
+
+    def work(i: int) -> None:
+        outs[i] = ours(inputs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(outs[i], expected[i]) for i in range(4))
+
+
+@pytest.mark.cuda
+def test_cuda_float32_matches_upstream_on_cuda(tmp_path: Path):
+    theirs, folder = save(tmp_path, **SHAPES["uneven"])
+    ours = load_vocoder(folder, device="cuda")
+    x = mel().cuda()
+    with torch.no_grad():
+        expected = theirs.cuda()(x)
+    torch.testing.assert_close(ours(x), expected, rtol=0, atol=1e-5)

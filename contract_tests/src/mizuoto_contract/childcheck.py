@@ -7,7 +7,8 @@ Python stack on its stderr, and ``faulthandler.dump_traceback_later`` dumps them
 child at the check's deadline. The suite's own process reads the signal or the timeout, reports
 it, and goes on with the next check.
 
-    child side: ``main([ENGINE, DEVICE, TEXT, CHECK_ID, TIMEOUT, EXAMPLES])`` prints one JSON line
+    child side: ``main([ENGINE, DEVICE, TEXT, CHECK_IDS, TIMEOUT, EXAMPLES])`` prints one JSON line
+    per check as it ends
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,41 @@ def _died(check: Check, code: int, stderr: str, timeout: float) -> str:
 
 def run(subject: Subject, check: Check, timeout: float) -> tuple[str, str]:
     """``check`` on ``subject`` in a fork of the zygote: its (status, message)."""
+    return run_many(subject, [check], timeout)[check.id]
+
+
+def run_many(
+    subject: Subject,
+    checks: Sequence[Check],
+    timeout: float,
+    started: Callable[[zygote.ForkedChild], None] | None = None,
+) -> dict[str, tuple[str, str]]:
+    """``checks`` one after the other in a fork of the zygote, sharing one subject there (what
+    one check leaves in ``subject.shared`` the next reads): each one's (status, message).
+
+    A check that ends the child (a crash, its deadline) is reported as such, and the checks
+    after it run in a new fork. ``started`` is told of each fork, so that its caller can end it.
+    """
+    results: dict[str, tuple[str, str]] = {}
+    left = list(checks)
+    while left:
+        reported, code, err = _fork_and_wait(subject, left, timeout, started)
+        results.update(reported)
+        waiting = [c for c in left if c.id not in reported]
+        if not waiting:
+            break
+        results[waiting[0].id] = ("died", _died(waiting[0], code, err, timeout))
+        left = waiting[1:]
+    return results
+
+
+def _fork_and_wait(
+    subject: Subject,
+    checks: Sequence[Check],
+    timeout: float,
+    started: Callable[[zygote.ForkedChild], None] | None,
+) -> tuple[dict[str, tuple[str, str]], int, str]:
+    """One fork running ``checks``: what it reported, its exit code and its stderr."""
     if "isolated" in subject.shared:  # the zygote runs one child at a time: let that one end
         with contextlib.suppress(Fail):  # its readers report its failure
             isolated.report(subject)
@@ -72,16 +109,18 @@ def run(subject: Subject, check: Check, timeout: float) -> tuple[str, str]:
         subject.engine_id,
         subject.device,
         subject.text,
-        check.id,
+        ",".join(c.id for c in checks),
         str(timeout),
         str(subject.examples),
     ]
     child = zygote.fork(
         argv, child_environment(environment, base), folder, cwd, list(path), "check"
     )
+    if started is not None:
+        started(child)
     try:
         try:
-            code = child.wait(timeout + _GRACE_SECONDS)
+            code = child.wait(timeout * len(checks) + _GRACE_SECONDS)
         except subprocess.TimeoutExpired:
             child.kill()
             code = child.wait()
@@ -89,26 +128,30 @@ def run(subject: Subject, check: Check, timeout: float) -> tuple[str, str]:
         err = (folder / "stderr").read_text(errors="replace")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    reported = out.strip().splitlines()[-1:]
-    if code == 0 and reported:
-        answer = json.loads(reported[0])
-        return answer["status"], answer["message"]
-    return "died", _died(check, code, err, timeout)
+    reported: dict[str, tuple[str, str]] = {}
+    for line in out.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            answer = json.loads(line)
+            reported[answer["check"]] = (answer["status"], answer["message"])
+    return reported, code, err
 
 
 def main(argv: list[str]) -> None:
-    """In the child: run one check, print ``{"status", "message"}`` as one JSON line."""
+    """In the child: run the checks (ids joined by commas) one after the other on one subject,
+    printing ``{"check", "status", "message"}`` as one JSON line as each ends. Each has its own
+    deadline, at which ``faulthandler`` dumps every thread's stack and ends the child."""
     from mizuoto_contract.attempt import outcome
     from mizuoto_contract.checks import ALL
     from mizuoto_contract.subject import subject_for
     from mizuoto_sdk.host import Discovery
 
-    engine_id, device, text, check_id, timeout, examples = argv[:6]
+    engine_id, device, text, check_ids, timeout, examples = argv[:6]
     faulthandler.enable(all_threads=True)
-    faulthandler.dump_traceback_later(float(timeout), exit=True)
     subject = subject_for(engine_id, device, Discovery(), text, int(examples))
-    [check] = [c for c in ALL if c.id == check_id]
-    status, message = outcome(subject, check, None)
-    faulthandler.cancel_dump_traceback_later()
-    answer: dict[str, Any] = {"status": status, "message": message}
-    print(json.dumps(answer), flush=True)
+    by_id = {c.id: c for c in ALL}
+    for check_id in check_ids.split(","):
+        faulthandler.dump_traceback_later(float(timeout), exit=True)
+        status, message = outcome(subject, by_id[check_id], None)
+        faulthandler.cancel_dump_traceback_later()
+        answer: dict[str, Any] = {"check": check_id, "status": status, "message": message}
+        print(json.dumps(answer), flush=True)

@@ -1,5 +1,6 @@
 """``mizuoto-contract ENGINE_OR_DISTRIBUTION... [--device D] [--check ID]... [--text TEXT]
-[--examples N] [--check-timeout SECONDS] [--fail-fast] [--list] [--json FILE] [--junit FILE]`` (also
+[--examples N] [--jobs N] [--check-timeout SECONDS] [--fail-fast] [--list] [--json FILE]
+[--junit FILE]`` (also
 ``python -m mizuoto_contract``).
 
 Each check's result is printed as it ends, a failure with its rule, what was expected and seen,
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -44,6 +46,16 @@ def _parser() -> argparse.ArgumentParser:
         f"(--examples 200) (default: {DEFAULT_EXAMPLES})",
     )
     parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="processes that run checks at once: 2 runs the costliest checks and the fresh "
+        "process beside the rest, each process with cores/2 torch threads (OMP_NUM_THREADS, "
+        "unless set); 1 runs them one after another with torch's own thread count "
+        "(default: 2 where two cores are free, else 1)",
+    )
+    parser.add_argument(
         "--check-timeout",
         type=float,
         default=DEFAULT_CHECK_TIMEOUT,
@@ -68,6 +80,28 @@ def _examples(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
     return number
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs not in (1, 2):
+        raise argparse.ArgumentTypeError(f"expected 1 or 2, got {value!r}")
+    return jobs
+
+
+def _threads(jobs: int) -> None:
+    """Give each of the run's ``jobs`` processes its share of the cores, before torch loads in
+    this process or in the fork server (the one change to its own environment this command
+    makes; a value the user set wins). Every thread of every process then agrees, so that two
+    processes computing at once do not spin against each other, and a take made here is
+    compared with takes made with the same thread count."""
+    from mizuoto_contract.beside import threads_for
+
+    if jobs > 1 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(threads_for(jobs))
 
 
 def totals(results: Sequence[CheckResult]) -> dict[str, int]:
@@ -142,8 +176,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from mizuoto_contract.beside import default_jobs
     from mizuoto_contract.outcome import ContractUsageError
     from mizuoto_contract.runner import checks_by_id, engines_for, run_contract
+
+    jobs = default_jobs() if args.jobs is None else args.jobs
+    _threads(jobs)
     from mizuoto_sdk.host import Discovery
 
     discovery = Discovery()
@@ -163,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 on_result=_print_result,
                 fail_fast=args.fail_fast,
                 check_timeout=args.check_timeout,
+                jobs=jobs,
             )
             runs.append((engine, args.device, results))
             if args.fail_fast and any(r.bad for r in results):

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mizuoto_contract import childcheck, isolated
 from mizuoto_contract.attempt import outcome
+from mizuoto_contract.beside import Beside, run_beside
 from mizuoto_contract.checks import ALL, IN_CHILD, ISOLATED
 from mizuoto_contract.inputs import DEFAULT_EXAMPLES
 from mizuoto_contract.outcome import ContractUsageError
@@ -65,13 +66,15 @@ def run_check(
     check: Check,
     earlier: Mapping[str, CheckResult] | None = None,
     timeout: float | None = DEFAULT_CHECK_TIMEOUT,
+    beside: Beside | None = None,
 ) -> CheckResult:
     """Run one check; expected failures from the manifest turn into xfail / xpass.
 
     ``earlier`` holds the results so far: a check whose ``requires`` failed is skipped, naming
     the failed check, so that one cause is reported once. A check that runs past ``timeout``
     seconds fails with every thread's stack; the checks in ``IN_CHILD`` run in a child process
-    (Linux), so that a crash or a deadlock there is their failure and not the run's end.
+    (Linux), so that a crash or a deadlock there is their failure and not the run's end. A
+    check ``beside`` runs is read from it (``mizuoto_contract.beside``).
     """
 
     def result(status: Status, message: str = "", capability: bool = False) -> CheckResult:
@@ -103,7 +106,9 @@ def run_check(
                 return result("xfail", f"not run: see {required} (an expected failure)")
             return result("skipped", f"not run: see {required}, whose failure this would repeat")
     reason = subject.manifest.expected_failures.get(check.id)
-    if check.id in IN_CHILD and childcheck.available():
+    if beside is not None and check.id in beside.ids:
+        status, message = beside.outcome(check)
+    elif check.id in IN_CHILD and childcheck.available():
         status, message = childcheck.run(subject, check, timeout or DEFAULT_CHECK_TIMEOUT)
     else:
         status, message = outcome(subject, check, timeout)
@@ -129,6 +134,7 @@ def run_contract(
     on_result: Callable[[CheckResult], None] | None = None,
     fail_fast: bool = False,
     check_timeout: float | None = DEFAULT_CHECK_TIMEOUT,
+    jobs: int = 1,
 ) -> list[CheckResult]:
     """Run the contract (or the named checks) against one engine on one device.
 
@@ -136,6 +142,8 @@ def run_contract(
     first result that counts against the run. ``text`` is what the checks speak, ``examples`` how
     many seeds each explored property tries (``mizuoto_contract.inputs``). A check that
     runs past ``check_timeout`` seconds fails with every thread's stack, and the run goes on.
+    ``jobs=2`` runs a share of the checks in a second process meanwhile (Linux;
+    ``mizuoto_contract.beside``): give each process ``beside.threads_for(jobs)`` torch threads.
     """
     import numpy  # noqa: F401 - imported before snapshots, so that importing is not a change
 
@@ -152,18 +160,44 @@ def run_contract(
     selected = checks_by_id(checks)
     if subject.record.status == "ok" and any(c.id in ISOLATED | IN_CHILD for c in selected):
         isolated.prepare(subject)
-    # The checks that read the fresh process run last (see isolated.prepare).
-    order = [c for c in selected if c.id not in ISOLATED] + [
-        c for c in selected if c.id in ISOLATED
+    second: Beside | None = None
+    if jobs > 1 and subject.record.status == "ok" and childcheck.available():
+        second = run_beside(
+            subject, selected, ISOLATED, IN_CHILD, check_timeout or DEFAULT_CHECK_TIMEOUT
+        )
+    aside = second.ids if second is not None else frozenset()
+    # The checks that read the fresh process run last (see isolated.prepare); those run beside
+    # are read when a check here requires them, else before those.
+    order = [
+        *(c for c in selected if c.id not in ISOLATED | aside),
+        *(c for c in selected if c.id in aside),
+        *(c for c in selected if c.id in ISOLATED),
     ]
     results: dict[str, CheckResult] = {}
+
+    def report(check: Check) -> bool:
+        """Run or read ``check``; False when the run stops (fail_fast)."""
+        for required in check.requires:  # a requirement run beside is read first
+            pending = required in aside and required not in results
+            if pending and not report(next(c for c in selected if c.id == required)):
+                return False
+        if check.id in results:
+            return True
+        if second is not None and check.id in ISOLATED:
+            second.wait_isolated()
+        results[check.id] = run_check(subject, check, results, check_timeout, second)
+        if on_result is not None:
+            on_result(results[check.id])
+        if second is not None:
+            second.settle(results, [c for c in order if c.id not in results], ISOLATED)
+        return not (fail_fast and results[check.id].bad)
+
     try:
         for check in order:
-            results[check.id] = run_check(subject, check, results, check_timeout)
-            if on_result is not None:
-                on_result(results[check.id])
-            if fail_fast and results[check.id].bad:
+            if not report(check):
                 break
     finally:
+        if second is not None:
+            second.stop()
         isolated.stop(subject)
     return [results[c.id] for c in selected if c.id in results]

@@ -19,6 +19,7 @@ import test_contract_survival as survival
 from mizuoto_contract import beside, childcheck, cli
 from mizuoto_contract.beside import BESIDE
 from mizuoto_contract.checks import ALL, IN_CHILD, ISOLATED
+from mizuoto_contract.inputs import Example, explored_from_json, explored_to_json, same_take
 from mizuoto_contract.subject import subject_for
 
 corpus = meta.corpus  # the fixture: a discovery that sees the corpus plugins
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.skipif(
 # every other requires (stream.chunks_valid: what runs beside is then ended, not waited for).
 ENGINES = [
     "broken-determinism-same_handle",
+    "broken-determinism-same_handle--seed",
     "broken-determinism-concurrent--strtok",
     "broken-load-global_state",
     "broken-stream-chunks_valid",
@@ -68,6 +70,15 @@ def test_checks_run_beside_report_what_one_process_reports(tmp_path):
     gate = {c["id"]: c for c in runs["broken-stream-chunks_valid"]}
     for check_id in BESIDE | IN_CHILD | ISOLATED:
         assert gate[check_id]["status"] in ("skipped", "passed"), gate[check_id]
+
+
+def test_what_the_explorer_heard_crosses_to_the_other_process_as_digests():
+    spoken = {Example("Seven bridges.", 3): b"\x01\x02", Example("x", 2**63 - 1): None}
+    heard = explored_from_json(json.loads(json.dumps(explored_to_json(spoken))))
+    assert list(heard) == list(spoken)
+    assert same_take(b"\x01\x02", heard[Example("Seven bridges.", 3)])  # type: ignore[arg-type]
+    assert not same_take(b"\x01\x03", heard[Example("Seven bridges.", 3)])  # type: ignore[arg-type]
+    assert heard[Example("x", 2**63 - 1)] is None
 
 
 def test_a_check_that_ends_its_child_takes_no_later_check_with_it(corpus):

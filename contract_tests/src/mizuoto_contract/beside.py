@@ -5,9 +5,10 @@ Most checks call the engine one call at a time, and a small model's call is most
 process keeps one core busy. The checks that run in a child anyway (``determinism.concurrent``,
 the fresh process of ``mizuoto_contract.isolated``) and the costly ones whose work needs no model
 of this process's (``BESIDE``) run in forks of the zygote, one after another, on a thread of
-this process that only waits for them. Their results count when the run reaches them: a check
-whose required check failed in this process is reported skipped as usual, and once no check left
-here can count, the child is ended.
+this process that only waits for them; ``determinism.same_handle`` runs there last, comparing
+with the digests of what ``stream.chunks_valid`` heard here. Their results count when the run
+reaches them: a check whose required check failed in this process is reported skipped as usual,
+and once no check left here can count, the child is ended.
 
 Two processes computing with torch at once only help with one thread each: two teams of OpenMP
 threads on two cores spin against each other and make every call many times slower. The command
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from mizuoto_contract import childcheck, isolated
+from mizuoto_contract.inputs import explored_to_json
 from mizuoto_contract.outcome import Fail
 
 if TYPE_CHECKING:
@@ -31,9 +33,16 @@ if TYPE_CHECKING:
     from mizuoto_contract.subject import Subject
     from mizuoto_contract.zygote import ForkedChild
 
-BESIDE = frozenset({"determinism.same_handle"})
-"""Checks that run beside the suite's process when it has a second job: costly (every explored
-example spoken twice), and needing nothing this process computed."""
+BESIDE = frozenset(
+    {"determinism.same_handle", "determinism.global_rng_independent", "stream.equivalence"}
+)
+"""Checks that run beside the suite's process when it has a second job: among the costliest,
+and needing nothing this process computed but what ``AFTER_EXPLORING`` waits for."""
+EXPLORER = "stream.chunks_valid"
+AFTER_EXPLORING = frozenset({"determinism.same_handle"})
+"""Checks run beside that compare with what ``EXPLORER`` heard here (its explored examples'
+digests), so that each example is spoken once more there instead of twice: they run last, once
+it has ended."""
 
 
 def usable_cores() -> int:
@@ -62,12 +71,18 @@ class Beside:
         checks: Sequence[Check],
         isolated_run: bool,
         timeout: float,
+        explorer_here: bool = False,
     ) -> None:
         self.ids = frozenset(c.id for c in checks)
         self._subject = subject
         self._checks = list(checks)
         self._isolated_run = isolated_run
         self._timeout = timeout
+        # What EXPLORER heard here, set once it ended (at once when it does not run here).
+        self._heard: dict[str, object] = {}
+        self._explored = threading.Event()
+        if not explorer_here:
+            self._explored.set()
         self._results: dict[str, tuple[str, str]] = {}
         self._done = threading.Event()
         self._isolated_done = threading.Event()
@@ -80,14 +95,25 @@ class Beside:
         self._thread.start()
 
     def _run(self) -> None:
+        first = [c for c in self._checks if c.id not in AFTER_EXPLORING]
+        later = [c for c in self._checks if c.id in AFTER_EXPLORING]
         try:
-            if self._checks:
+            if first:
                 self._results.update(
-                    childcheck.run_many(self._subject, self._checks, self._timeout, self._started)
+                    childcheck.run_many(self._subject, first, self._timeout, self._started)
                 )
             if self._isolated_run and not self._stopped:
                 with contextlib.suppress(Fail):  # its readers report its failure
                     isolated.report(self._subject)
+            self._isolated_done.set()
+            while later and not self._stopped and not self._explored.wait(0.05):
+                pass
+            if later and not self._stopped:
+                self._results.update(
+                    childcheck.run_many(
+                        self._subject, later, self._timeout, self._started, self._heard
+                    )
+                )
         finally:
             self._isolated_done.set()
             self._done.set()
@@ -103,6 +129,14 @@ class Beside:
         while check.id not in self._results and not self._done.is_set():
             self._done.wait(0.05)
         return self._results.get(check.id, ("skipped", "not run: the run was stopped"))
+
+    def explored(self, shared: Mapping[str, object]) -> None:
+        """``EXPLORER`` ended here: hand what it heard (``shared``'s ``explored:*``) to the
+        checks that compare with it."""
+        for key, spoken in shared.items():
+            if key.startswith("explored:") and isinstance(spoken, dict):
+                self._heard[key] = explored_to_json(spoken)
+        self._explored.set()
 
     def wait_isolated(self) -> None:
         """Wait until the fresh process's run (if this side runs it) has ended."""
@@ -156,4 +190,5 @@ def run_beside(
     isolated_run = any(c.id in isolated_ids for c in selected)
     if not checks and not isolated_run:
         return None
-    return Beside(subject, checks, isolated_run, timeout)
+    explorer_here = any(c.id == EXPLORER for c in selected)
+    return Beside(subject, checks, isolated_run, timeout, explorer_here)

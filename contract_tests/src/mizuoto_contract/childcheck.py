@@ -7,8 +7,8 @@ Python stack on its stderr, and ``faulthandler.dump_traceback_later`` dumps them
 child at the check's deadline. The suite's own process reads the signal or the timeout, reports
 it, and goes on with the next check.
 
-    child side: ``main([ENGINE, DEVICE, TEXT, CHECK_IDS, TIMEOUT, EXAMPLES])`` prints one JSON line
-    per check as it ends
+    child side: ``main([ENGINE, DEVICE, TEXT, CHECK_IDS, TIMEOUT, EXAMPLES[, HEARD]])`` prints
+    one JSON line per check as it ends
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,17 +66,20 @@ def run_many(
     checks: Sequence[Check],
     timeout: float,
     started: Callable[[zygote.ForkedChild], None] | None = None,
+    heard: Mapping[str, object] | None = None,
 ) -> dict[str, tuple[str, str]]:
     """``checks`` one after the other in a fork of the zygote, sharing one subject there (what
     one check leaves in ``subject.shared`` the next reads): each one's (status, message).
 
     A check that ends the child (a crash, its deadline) is reported as such, and the checks
     after it run in a new fork. ``started`` is told of each fork, so that its caller can end it.
+    ``heard`` (JSON) is what this process's explorations heard (``inputs.explored_to_json`` by
+    ``explored:<capability>``), which the child's checks compare with.
     """
     results: dict[str, tuple[str, str]] = {}
     left = list(checks)
     while left:
-        reported, code, err = _fork_and_wait(subject, left, timeout, started)
+        reported, code, err = _fork_and_wait(subject, left, timeout, started, heard)
         results.update(reported)
         waiting = [c for c in left if c.id not in reported]
         if not waiting:
@@ -91,6 +94,7 @@ def _fork_and_wait(
     checks: Sequence[Check],
     timeout: float,
     started: Callable[[zygote.ForkedChild], None] | None,
+    heard: Mapping[str, object] | None,
 ) -> tuple[dict[str, tuple[str, str]], int, str]:
     """One fork running ``checks``: what it reported, its exit code and its stderr."""
     if "isolated" in subject.shared:  # the zygote runs one child at a time: let that one end
@@ -113,6 +117,9 @@ def _fork_and_wait(
         str(timeout),
         str(subject.examples),
     ]
+    if heard:
+        (folder / "heard.json").write_text(json.dumps(heard))
+        argv.append(str(folder / "heard.json"))
     child = zygote.fork(
         argv, child_environment(environment, base), folder, cwd, list(path), "check"
     )
@@ -142,12 +149,16 @@ def main(argv: list[str]) -> None:
     deadline, at which ``faulthandler`` dumps every thread's stack and ends the child."""
     from mizuoto_contract.attempt import outcome
     from mizuoto_contract.checks import ALL
+    from mizuoto_contract.inputs import explored_from_json
     from mizuoto_contract.subject import subject_for
     from mizuoto_sdk.host import Discovery
 
     engine_id, device, text, check_ids, timeout, examples = argv[:6]
     faulthandler.enable(all_threads=True)
     subject = subject_for(engine_id, device, Discovery(), text, int(examples))
+    if len(argv) > 6:  # what the suite's process heard, to compare with
+        heard = json.loads(Path(argv[6]).read_text())
+        subject.shared.update({key: explored_from_json(rows) for key, rows in heard.items()})
     by_id = {c.id: c for c in ALL}
     for check_id in check_ids.split(","):
         faulthandler.dump_traceback_later(float(timeout), exit=True)

@@ -10,6 +10,7 @@ stream stop it in a long text. Examples are drawn deterministically (a run is re
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -90,6 +91,26 @@ def examples(sample_text: str, count: int, first: int) -> list[Example]:
         Example(texts[index % len(texts)], seed)
         for index, seed in enumerate(example_seeds(count, first))
     ]
+
+
+def digest(audio: bytes) -> str:
+    """A take's audio as a short string that another process can compare with."""
+    return hashlib.sha256(audio).hexdigest()
+
+
+def same_take(audio: bytes, earlier: bytes | str) -> bool:
+    """Whether ``audio`` is ``earlier``, given as bytes or as their ``digest``."""
+    return digest(audio) == earlier if isinstance(earlier, str) else audio == earlier
+
+
+def explored_to_json(spoken: dict[Example, bytes | None]) -> list[list[object]]:
+    """What an exploration heard, for another process: [text, seed, digest or None] each."""
+    return [[e.text, e.seed, None if a is None else digest(a)] for e, a in spoken.items()]
+
+
+def explored_from_json(rows: list[list[object]]) -> dict[Example, str | None]:
+    """``explored_to_json``'s rows back, each example's audio as its digest."""
+    return {Example(str(t), int(s)): None if d is None else str(d) for t, s, d in rows}  # type: ignore[call-overload]
 
 
 def explore(prop: Callable[[Example], None], cases: Sequence[Example]) -> None:

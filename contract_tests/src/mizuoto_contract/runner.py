@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mizuoto_contract import childcheck, isolated
 from mizuoto_contract.attempt import outcome
-from mizuoto_contract.beside import Beside, run_beside
+from mizuoto_contract.beside import EXPLORER, Beside, run_beside
 from mizuoto_contract.checks import ALL, IN_CHILD, ISOLATED
 from mizuoto_contract.inputs import DEFAULT_EXAMPLES
 from mizuoto_contract.outcome import ContractUsageError
@@ -166,10 +166,13 @@ def run_contract(
             subject, selected, ISOLATED, IN_CHILD, check_timeout or DEFAULT_CHECK_TIMEOUT
         )
     aside = second.ids if second is not None else frozenset()
-    # The checks that read the fresh process run last (see isolated.prepare); those run beside
-    # are read when a check here requires them, else before those.
+    # The checks that read the fresh process run last (see isolated.prepare). Those run beside
+    # are read when a check here requires them, else before those; the checks here that require
+    # one run after those that do not, so that this process has work while the other computes.
+    here = [c for c in selected if c.id not in ISOLATED | aside]
     order = [
-        *(c for c in selected if c.id not in ISOLATED | aside),
+        *(c for c in here if not aside.intersection(c.requires)),
+        *(c for c in here if aside.intersection(c.requires)),
         *(c for c in selected if c.id in aside),
         *(c for c in selected if c.id in ISOLATED),
     ]
@@ -189,6 +192,8 @@ def run_contract(
         if on_result is not None:
             on_result(results[check.id])
         if second is not None:
+            if check.id == EXPLORER:
+                second.explored(subject.shared)
             second.settle(results, [c for c in order if c.id not in results], ISOLATED)
         return not (fail_fast and results[check.id].bad)
 

@@ -81,6 +81,27 @@ def test_every_python_example_compiles(where: str, source: str):
     compile(source, where, "exec")
 
 
+# Pages whose examples are promised to run as written (each a complete program, offline, quick):
+# the blocks beside the runtime, and the engine that streams sentence by sentence.
+RUNNABLE = ("runtime/dsp.md", "runtime/text.md", "runtime/nn.md", "engine/sentences.md")
+RUN = [(where, source) for where, source in python_blocks() if where.startswith(RUNNABLE)]
+
+
+@pytest.mark.parametrize("where, source", RUN, ids=[w for w, _ in RUN])
+def test_the_examples_of_the_runnable_pages_run(where: str, source: str, tmp_path: Path):
+    """Each block in a fresh interpreter, in an empty folder: an example that needs what an
+    earlier block made, a file of the checkout or a network fails here."""
+    done = subprocess.run(
+        [sys.executable, "-c", source],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{where} failed:\n{done.stdout}\n{done.stderr}"
+
+
 def test_the_site_builds_with_strict(tmp_path: Path):
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],

@@ -90,11 +90,12 @@ class LoadedCodecLM(LoadedEngine):
     def __init__(
         self, spec: LoadSpec, config: ModelConfig, handles: tuple[ModelHandle, ModelHandle]
     ) -> None:
-        from mizuoto_engine_codeclm.tokenizer import ByteTokenizer
+        from mizuoto_engine_codeclm.tokenizer import PromptTokenizer
 
         self.spec = spec
         self.config = config
-        self.tokenizer = ByteTokenizer(config.tokens)
+        # spec.model_dir is set: load() refused a model without files
+        self.tokenizer = PromptTokenizer.from_pretrained(cast("Path", spec.model_dir), config.tokens)
         self.handles = handles
         self._compiled: dict[str, Compiled] = {}  # compile_module wrappers, made on first use
 

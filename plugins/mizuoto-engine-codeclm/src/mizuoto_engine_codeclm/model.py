@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mizuoto_engine_codeclm.tokenizer import ByteTokenizer, TokenConfig
+from mizuoto_engine_codeclm.tokenizer import TokenConfig
 from mizuoto_runtime import Compiled, QwenConfig, QwenDecoder, load_into, load_state_dict, ops
 from mizuoto_runtime.lm.tensor_parallel import TensorParallelGroups, shard_state_dict
 
@@ -89,7 +89,7 @@ class ModelConfig:
             generation=GenerationConfig(**raw["generation"]),
             init=InitConfig(**raw["init"]),
         )
-        vocab = ByteTokenizer(config.tokens).vocab_size
+        vocab = config.tokens.vocab_size
         if config.decoder.vocab_size != vocab or config.codec.codebook != config.tokens.codebook:
             raise ValueError(
                 f"{path}: decoder.vocab_size must be {vocab} and codec.codebook "

@@ -90,13 +90,13 @@ def test_stream_decoder_chunks_join_to_the_whole_decode(tmp_path: Path, shape: s
     codec = load_codec(tmp_path)
     codes = codec.encode(audio(codec.channels, 200), bandwidth=1.6)
     whole = codec.decode(codes)
-    for cuts in ((0, 1, 2, 9, 10, 23, 34), (0, 34)):
-        stream = codec.stream_decoder()
-        parts = [stream.decode(codes[..., a:b]) for a, b in itertools.pairwise(cuts)]
-        joined = torch.cat(parts, dim=-1)
-        assert joined.shape == whole.shape
-        torch.testing.assert_close(joined, whole, rtol=0, atol=1e-5)
-    assert parts[0].shape[-1] == whole.shape[-1]
+    stream = codec.stream_decoder()
+    cuts = (0, 1, 2, 9, 10, 23, 34)
+    parts = [stream.decode(codes[..., a:b]) for a, b in itertools.pairwise(cuts)]
+    assert parts[0].shape[-1] == 0  # held back until the first conv's kernel is full
+    joined = torch.cat(parts, dim=-1)
+    assert joined.shape == whole.shape
+    torch.testing.assert_close(joined, whole, rtol=0, atol=1e-5)
 
 
 def test_stream_decoder_is_refused_where_the_decoder_is_not_causal(tmp_path: Path):

@@ -38,6 +38,11 @@ _EPSILON = 1e-5  # upstream's clamp on a codebook entry's usage
 
 class _Settings:
     def __init__(self, config: dict[str, Any]) -> None:
+        if config.get("use_streaming"):
+            raise EngineUnavailable(
+                "mimi: config use_streaming=True is not supported (upstream then pads its causal "
+                "convs from a cache and drops the right padding); use stream_decoder() instead"
+            )
         if isinstance(config.get("residual_kernel_size"), list):
             raise EngineUnavailable("mimi: config residual_kernel_size as a list is not supported")
         self.channels = int(config.get("audio_channels", 1))
@@ -364,7 +369,13 @@ class MimiStreamDecoder:
             self._held = None
         if self._cache.seen == 0 and codes.shape[-1] < self.warmup:
             self._held = codes
-            return torch.zeros(codes.shape[0], self._codec.channels, 0, dtype=self._codec.dtype)
+            return torch.zeros(
+                codes.shape[0],
+                self._codec.channels,
+                0,
+                dtype=self._codec.dtype,
+                device=codes.device,
+            )
         latents = self._codec.quantizer.decode(codes)
         return self._codec.decoder.step(latents, self._state, self._cache)
 

@@ -22,7 +22,7 @@ from mizuoto_sdk.errors import EngineUnavailable
 
 __all__ = ["Cache", "Transformer", "TransformerSettings"]
 
-SITE = Site("mimi.self_attn", upstream="transformers 5.24 sdpa_attention_forward")
+SITE = Site("mimi.self_attention", upstream="transformers 5.24 sdpa_attention_forward")
 
 _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,

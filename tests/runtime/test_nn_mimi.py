@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ SHAPES = {
     # 40 encoder frames over a window of 5: the banded mask path; one kv head per two heads
     "window-gqa": {},
     # the window longer than the sequence: sdpa's causal flag; plain multi-head
-    "long-window-mha": {"sliding_window": 100, "num_key_value_heads": 2},
+    "long-window-mha-cache": {"sliding_window": 100, "num_key_value_heads": 2, "use_cache": True},
     "noncausal-reflect-shortcut": {
         "use_causal_conv": False,
         "pad_mode": "reflect",
@@ -101,7 +102,7 @@ def test_float32_encode_and_decode_are_bitwise_upstream(tmp_path: Path, shape: s
             assert torch.equal(ours.decode(codes), theirs.decode(expected).audio_values)
 
 
-@pytest.mark.parametrize("shape", ["window-gqa", "long-window-mha"])
+@pytest.mark.parametrize("shape", ["window-gqa", "long-window-mha-cache"])
 def test_stream_decoder_chunks_join_to_the_whole_decode(tmp_path: Path, shape: str):
     save_checkpoint(tmp_path, **SHAPES[shape])
     codec = load_codec(tmp_path)
@@ -159,6 +160,23 @@ def test_streamed_transformer_layers_and_blocks_on_a_small_device_are_bitwise(tm
     assert torch.equal(codes, expected) and torch.equal(decoded, expected_audio)
 
 
+def test_threads_coding_at_once_each_get_the_single_threaded_result(tmp_path: Path):
+    save_checkpoint(tmp_path)
+    codec = load_codec(tmp_path)
+    inputs = [audio(seed=seed) for seed in range(4)]
+    expected = [codec.decode(codec.encode(x)) for x in inputs]
+
+    def both(x: torch.Tensor) -> torch.Tensor:
+        codes = codec.encode(x)
+        stream = codec.stream_decoder()
+        return torch.cat([stream.decode(codes[..., :9]), stream.decode(codes[..., 9:])], -1)
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(both, inputs))
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 def test_loading_and_coding_draw_nothing_from_the_global_generator(tmp_path: Path):
     save_checkpoint(tmp_path)
     before = torch.random.get_rng_state()
@@ -169,7 +187,11 @@ def test_loading_and_coding_draw_nothing_from_the_global_generator(tmp_path: Pat
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("hidden_act", "swish_glu"), ("rope_parameters", {"rope_type": "linear", "factor": 2.0})],
+    [
+        ("hidden_act", "swish_glu"),
+        ("rope_parameters", {"rope_type": "linear", "factor": 2.0}),
+        ("use_streaming", True),
+    ],
 )
 def test_a_config_this_port_does_not_follow_is_refused_by_name(
     tmp_path: Path, field: str, value: object

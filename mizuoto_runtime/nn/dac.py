@@ -117,7 +117,10 @@ class Snake1d(nn.Module):
         self.alpha = nn.Parameter(torch.empty(1, channels, 1, **factory))
 
     def forward(self, x: Tensor) -> Tensor:
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+        # Upstream's x + 1 / (alpha + 1e-9) * sin(alpha x)^2, in place in one fresh tensor;
+        # the operands of each + and * are swapped, which leaves every rounding as it was.
+        wave = (self.alpha * x).sin_().pow_(2)
+        return wave.mul_((self.alpha + 1e-9).reciprocal()).add_(x)
 
 
 class DacResidualUnit(nn.Module):
@@ -132,7 +135,7 @@ class DacResidualUnit(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.conv2(self.snake2(self.conv1(self.snake1(x))))
-        return x + y  # the 7-tap conv is padded to keep the length, so nothing is trimmed
+        return y.add_(x)  # the 7-tap conv is padded to keep the length, so nothing is trimmed
 
 
 def _units(channels: int, **factory: Any) -> tuple[DacResidualUnit, ...]:
@@ -266,7 +269,7 @@ class DacResidualVectorQuantizer(nn.Module):
         for i, quantizer in enumerate(self._books()[: codes.shape[1]]):
             part = quantizer.out_proj(quantizer.codebook(codes[:, i]).transpose(1, 2))
             # Upstream sums from 0.0, which also turns -0.0 into +0.0.
-            total = part + 0.0 if total is None else total + part
+            total = part + 0.0 if total is None else total.add_(part)
         assert total is not None
         return total  # [B, hidden_size, frames]
 

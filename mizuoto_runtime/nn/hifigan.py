@@ -67,7 +67,8 @@ class HifiGanConfig:
                 upsample_kernel_sizes=_ints(get, "upsample_kernel_sizes"),
                 resblock_kernel_sizes=_ints(get, "resblock_kernel_sizes"),
                 resblock_dilation_sizes=tuple(
-                    _ints({"d": d}, "d") for d in get["resblock_dilation_sizes"]
+                    _ints({"resblock_dilation_sizes": d}, "resblock_dilation_sizes")
+                    for d in get["resblock_dilation_sizes"]
                 ),
                 leaky_relu_slope=float(get["leaky_relu_slope"]),
                 normalize_before=_bool(get, "normalize_before"),
@@ -116,8 +117,8 @@ def _positive(config: Mapping[str, Any], name: str) -> int:
 
 def _ints(config: Mapping[str, Any], name: str) -> tuple[int, ...]:
     value = config[name]
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        raise ValueError(f"{name}: expected a list of positive integers, got {value!r}")
+    if not isinstance(value, Sequence) or isinstance(value, str) or not value:
+        raise ValueError(f"{name}: expected a non-empty list of positive integers, got {value!r}")
     return tuple(_positive({name: v}, name) for v in value)
 
 
@@ -161,9 +162,10 @@ class HifiGanResidualBlock(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
+        # In place where the tensor is this block's own: same values, less memory traffic.
         for conv1, conv2 in zip(self.convs1, self.convs2, strict=True):
             y = conv1(F.leaky_relu(x, self.slope))
-            x = conv2(F.leaky_relu(y, self.slope)) + x
+            x = conv2(F.leaky_relu(y, self.slope, inplace=True)).add_(x)
         return x
 
 
@@ -219,14 +221,14 @@ class SpeechT5HifiGan(nn.Module):
         x = self.conv_pre(mel.transpose(2, 1))  # [B, C, frames]
         kernels = len(config.resblock_kernel_sizes)
         for i, up in enumerate(self.upsampler):
-            x = up(F.leaky_relu(x, config.leaky_relu_slope))  # [B, C / 2, frames * rate]
+            x = up(F.leaky_relu(x, config.leaky_relu_slope, inplace=True))  # [B, C/2, T*rate]
             blocks = self.resblocks[i * kernels : (i + 1) * kernels]
             total = blocks[0](x)
             for block in blocks[1:]:
-                total = total + block(x)
-            x = total / kernels
+                total.add_(block(x))
+            x = total.div_(kernels)
         # Upstream's last activation uses torch's default slope (0.01), not the config's.
-        x = torch.tanh(self.conv_post(F.leaky_relu(x)))
+        x = self.conv_post(F.leaky_relu(x, inplace=True)).tanh_()
         return x.squeeze(1)  # [B, samples]
 
 

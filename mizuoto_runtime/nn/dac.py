@@ -94,6 +94,21 @@ class DacConfig:
         """Audio samples per code frame (upstream's, from ``downsampling_ratios``)."""
         return math.prod(self.downsampling_ratios)
 
+    @property
+    def shortest_audio(self) -> int:
+        """The fewest samples every strided conv of the encoder still has a frame of."""
+        samples = 1
+        while not all(n >= 1 for n in _encoder_lengths(samples, self.downsampling_ratios)):
+            samples += 1
+        return samples
+
+
+def _encoder_lengths(samples: int, strides: Sequence[int]) -> list[int]:
+    lengths = [samples]
+    for stride in strides:  # kernel 2s, padding ceil(s / 2)
+        lengths.append((lengths[-1] + 2 * math.ceil(stride / 2) - 2 * stride) // stride + 1)
+    return lengths
+
 
 def _positive(config: Mapping[str, Any], name: str) -> int:
     value = config[name]
@@ -298,6 +313,7 @@ class DacCodec:
         self.decoder = model.decoder
         self.sample_rate = config.sampling_rate
         self.hop_length = config.hop_length
+        self._shortest = config.shortest_audio
 
     @property
     def device(self) -> torch.device:
@@ -312,8 +328,12 @@ class DacCodec:
         ``n_quantizers`` codebooks, all of them by default."""
         if not isinstance(audio, Tensor) or not audio.is_floating_point():
             raise ValueError(f"audio: expected a floating-point tensor, got {_what(audio)}")
-        if audio.dim() != 3 or audio.shape[1] != 1 or audio.shape[2] < 1:
+        if audio.dim() != 3 or audio.shape[1] != 1:
             raise ValueError(f"audio: expected [batch, 1, samples], got {list(audio.shape)}")
+        if audio.shape[2] < self._shortest:
+            raise ValueError(
+                f"audio: expected at least {self._shortest} samples, got {audio.shape[2]}"
+            )
         count = self.config.n_codebooks
         if n_quantizers is None:
             n_quantizers = count

@@ -128,7 +128,8 @@ def test_a_config_it_cannot_honour_is_engine_unavailable_naming_the_field(
 
 def test_bad_input_is_a_value_error_naming_the_argument(tmp_path: Path):
     ours = load_codec(save(tmp_path)[1])
-    for bad in (torch.zeros(2, 100), torch.zeros(1, 2, 100), torch.zeros(1, 1, 100).long()):
+    short = torch.zeros(1, 1, 7)  # the 2 then 4 strides leave no frame below 8 samples
+    for bad in (torch.zeros(2, 100), torch.zeros(1, 2, 100), torch.zeros(1, 1, 100).long(), short):
         with pytest.raises(ValueError, match="audio"):
             ours.encode(bad)
     with pytest.raises(ValueError, match="n_quantizers"):

@@ -1,4 +1,4 @@
-"""Text for speech models, without torch: tokenizers as the Hub ships them, normalisation, sentences.
+"""Text for speech models, without torch: Hub tokenizers, normalisation, sentences.
 
 - ``Tokenizer``: a tokenizer folder (tokenizer.json, tokenizer_config.json, chat template) that
   encodes and decodes as transformers' AutoTokenizer does, on the ``tokenizers`` library

@@ -151,7 +151,10 @@ def _compiled(template: str) -> jinja2.Template:
         sort_keys: bool = False,
     ) -> str:
         return json.dumps(
-            value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+            value,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
             sort_keys=sort_keys,
         )
 

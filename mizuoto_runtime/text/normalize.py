@@ -1,4 +1,4 @@
-"""Text normalisation for speech: numbers, dates, money, units and symbols spelt out, as wetext does.
+"""Text normalisation for speech: numbers, dates, money, units and symbols spelt out as wetext does.
 
 wetext (WeTextProcessing's FSTs, read by kaldifst, no model download: the grammars ship in its
 wheel) is an optional package, the extra ``wetext``. ``normalize(text, lang, **options)`` returns

@@ -86,7 +86,9 @@ class Tokenizer:
 
         named, extra = _special_tokens(config)
         added = _added_tokens(config, root, named, extra)
-        known = {token.content for token in backend.get_added_tokens_decoder().values()} | {token["content"] for token in added}
+        known = {token.content for token in backend.get_added_tokens_decoder().values()} | {
+            token["content"] for token in added
+        }
         for name in (*named, *extra):
             token = named.get(name) or extra[name]
             if token["content"] not in known:
@@ -102,7 +104,11 @@ class Tokenizer:
             template = (root / "chat_template.jinja").read_text(encoding="utf-8")
         clean_up = bool(config.get("clean_up_tokenization_spaces", False)) and (
             type(backend.model).__name__ != "BPE"
-            or bool(config.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"))
+            or bool(
+                config.get(
+                    "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+                )
+            )
         )
         return cls(
             backend,
@@ -116,9 +122,13 @@ class Tokenizer:
         (a BOS, for Llama 3). Off by default: prompts built from a chat template have theirs."""
         return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = False
+    ) -> list[list[int]]:
         """``encode`` for each text, in parallel on the library's threads."""
-        encodings = self.backend.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+        encodings = self.backend.encode_batch_fast(
+            list(texts), add_special_tokens=add_special_tokens
+        )
         return [list(encoding.ids) for encoding in encodings]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
@@ -183,7 +193,9 @@ def _token(value: object, **defaults: bool) -> dict[str, Any] | None:
     return None
 
 
-def _special_tokens(config: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+def _special_tokens(
+    config: Mapping[str, Any],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     """The named special tokens (bos_token, ..., then the model's own ``*_token`` keys) and the
     extra ones, keyed by content, in transformers' order."""
     named: dict[str, dict[str, Any]] = {}
@@ -191,9 +203,9 @@ def _special_tokens(config: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]
         if (token := _token(config.get(name), special=True)) is not None:
             named[name] = token
     for name, value in config.items():
-        if name.endswith("_token") and name not in named and name not in NAMED_SPECIAL_TOKENS:
-            if (token := _token(value, special=True)) is not None:
-                named[name] = token
+        custom = name.endswith("_token") and name not in NAMED_SPECIAL_TOKENS
+        if custom and (token := _token(value, special=True)) is not None:
+            named[name] = token
     extras = config.get("extra_special_tokens") or config.get("additional_special_tokens") or ()
     extra: dict[str, dict[str, Any]] = {}
     if isinstance(extras, Mapping):
@@ -233,7 +245,9 @@ def _added_tokens(
             special = content in specials
             by_id[int(index)] = {"content": content, "normalized": not special, "special": special}
         for entry in _read_json(root / "tokenizer.json").get("added_tokens", ()):
-            by_id[int(entry["id"])] = {key: entry[key] for key in ("content", *_TOKEN_FLAGS) if key in entry}
+            by_id[int(entry["id"])] = {
+                key: entry[key] for key in ("content", *_TOKEN_FLAGS) if key in entry
+            }
     tokens = [by_id[index] for index in sorted(by_id)]
     by_content = {token["content"]: token for token in tokens}
     for name, token in named.items():  # a named token takes its flags from added_tokens_decoder
@@ -244,4 +258,3 @@ def _added_tokens(
 
 def _added_token(lib: Any, token: Mapping[str, Any]) -> tokenizers.AddedToken:
     return lib.AddedToken(**token)
-

@@ -1,5 +1,7 @@
 """text.normalize against wetext's own Normalizer (its grammars ship in the wheel: no download)."""
 
+# ruff: noqa: RUF001  (full-width and CJK punctuation is what this file is about)
+
 from __future__ import annotations
 
 import pytest

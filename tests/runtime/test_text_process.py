@@ -1,5 +1,7 @@
 """text in a shared process: no torch, cheap imports, thread-safe caches, a named missing extra."""
 
+# ruff: noqa: RUF001  (full-width and CJK punctuation is what this file is about)
+
 from __future__ import annotations
 
 import json

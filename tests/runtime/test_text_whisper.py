@@ -1,5 +1,7 @@
 """text.WhisperTokenizer against openai-whisper's own tokenizer, on the vocabularies it ships."""
 
+# ruff: noqa: RUF001  (full-width and CJK punctuation is what this file is about)
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -77,7 +79,13 @@ def test_encode_decode_and_timestamps_equal_whispers(case):
         ids = theirs.encode(text)
         assert ours.encode(text) == ids
         assert ours.decode(ids) == theirs.decode(ids)
-    mixed = [*ours.sot_sequence, ours.timestamp_begin, *ours.encode(" Hi there."), ours.timestamp_begin + 54, ours.eot]
+    mixed = [
+        *ours.sot_sequence,
+        ours.timestamp_begin,
+        *ours.encode(" Hi there."),
+        ours.timestamp_begin + 54,
+        ours.eot,
+    ]
     assert ours.decode(mixed) == theirs.decode(mixed)
     assert ours.decode_with_timestamps(mixed) == theirs.decode_with_timestamps(mixed)
     assert "<|1.08|>" in ours.decode_with_timestamps(mixed)

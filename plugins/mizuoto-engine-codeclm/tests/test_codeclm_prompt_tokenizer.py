@@ -42,7 +42,7 @@ class ByteTokenizer:
         return data
 
     def speaker_tokens(self, embedding) -> list[int]:
-        slots, levels = self.config.speaker_slots, self.config.speaker_levels
+        levels = self.config.speaker_levels
         steps = [round((min(max(float(v), -1.0), 1.0) + 1) / 2 * (levels - 1)) for v in embedding]
         return [self.speaker_base + slot * levels + step for slot, step in enumerate(steps)]
 

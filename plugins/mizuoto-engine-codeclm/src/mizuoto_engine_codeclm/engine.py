@@ -95,7 +95,9 @@ class LoadedCodecLM(LoadedEngine):
         self.spec = spec
         self.config = config
         # spec.model_dir is set: load() refused a model without files
-        self.tokenizer = PromptTokenizer.from_pretrained(cast("Path", spec.model_dir), config.tokens)
+        self.tokenizer = PromptTokenizer.from_pretrained(
+            cast("Path", spec.model_dir), config.tokens
+        )
         self.handles = handles
         self._compiled: dict[str, Compiled] = {}  # compile_module wrappers, made on first use
 

@@ -92,7 +92,11 @@ def tokenizer_json(config: TokenConfig) -> str:
     ]
     names += [_BYTE_CHARS[byte] for byte in range(BYTES)]
     special = {
-        name: {"id": name, "ids": [config.bos if name == "<|bos|>" else config.sep], "tokens": [name]}
+        name: {
+            "id": name,
+            "ids": [config.bos if name == "<|bos|>" else config.sep],
+            "tokens": [name],
+        }
         for name in ("<|bos|>", "<|sep|>")
     }
 
@@ -103,7 +107,7 @@ def tokenizer_json(config: TokenConfig) -> str:
             {"SpecialToken": {"id": "<|sep|>", "type_id": type_id}},
         ]
 
-    document = {
+    document: dict[str, object] = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
@@ -166,7 +170,9 @@ class PromptTokenizer:
         self.vocab_size = config.vocab_size
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike[str], config: TokenConfig) -> PromptTokenizer:
+    def from_pretrained(
+        cls, model_dir: str | os.PathLike[str], config: TokenConfig
+    ) -> PromptTokenizer:
         """The tokenizer folder beside the weights (``tokenizer.json``), checked against config."""
         from mizuoto_runtime.text import Tokenizer
 

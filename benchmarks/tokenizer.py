@@ -26,41 +26,10 @@ PATTERN = (
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 COMMON = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "was",
-    "for",
-    "on",
-    "that",
-    "with",
-    "as",
-    "by",
-    "at",
-    "from",
-    "speech",
-    "model",
-    "voice",
-    "token",
-    "audio",
-    "Café",
-    "naïve",
-    "résumé",
-    "Ångström",
-    "façade",
-    "😀",
-    "🎉",
-    "👍🏽",
-    "def",
-    "return",
-    "42",
-    "3.14",
-    "1,000",
-    "$3.50",
-]
+    "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
+    "from", "speech", "model", "voice", "token", "audio", "Café", "naïve", "résumé", "Ångström",
+    "façade", "😀", "🎉", "👍🏽", "def", "return", "42", "3.14", "1,000", "$3.50"
+]  # fmt: skip
 
 
 def vocabulary(rng: random.Random) -> list[str]:

@@ -41,73 +41,20 @@ _INITIALISM = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]")
 _CLAUSE = re.compile(r"(?P<mark>[,;:](?=\s)|[、，；：—])\s*|(?P<space>\s+)")
 
 # A period after these never ends a sentence.
-_TITLES = frozenset(
-    [
-        "mr",
-        "mrs",
-        "ms",
-        "mx",
-        "dr",
-        "prof",
-        "sr",
-        "jr",
-        "st",
-        "mt",
-        "rev",
-        "hon",
-        "gen",
-        "col",
-        "capt",
-        "lt",
-        "sgt",
-        "gov",
-        "sen",
-        "rep",
-        "pres",
-        "fr",
-        "e.g",
-        "i.e",
-        "cf",
-        "vs",
-        "viz",
-        "approx",
-    ]
-)
+_TITLES = frozenset((
+    "mr", "mrs", "ms", "mx", "dr", "prof", "sr", "jr", "st", "mt", "rev", "hon", "gen", "col",
+    "capt", "lt", "sgt", "gov", "sen", "rep", "pres", "fr", "e.g", "i.e", "cf", "vs", "viz",
+    "approx"
+))  # fmt: skip
 # ... nor after these when a number follows.
-_BEFORE_NUMBERS = frozenset(
-    ["no", "nos", "vol", "vols", "p", "pp", "ch", "sec", "art", "fig", "figs", "eq", "op"]
-)
+_BEFORE_NUMBERS = frozenset((
+    "no", "nos", "vol", "vols", "p", "pp", "ch", "sec", "art", "fig", "figs", "eq", "op"
+))  # fmt: skip
 # ... and after these only when a capital follows.
-_ABBREVIATIONS = frozenset(
-    [
-        "etc",
-        "inc",
-        "ltd",
-        "co",
-        "corp",
-        "bros",
-        "dept",
-        "est",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-        "a.m",
-        "p.m",
-        "u.s",
-        "u.k",
-        "u.n",
-        "ph.d",
-    ]
-)
+_ABBREVIATIONS = frozenset((
+    "etc", "inc", "ltd", "co", "corp", "bros", "dept", "est", "jan", "feb", "mar", "apr", "jun",
+    "jul", "aug", "sep", "sept", "oct", "nov", "dec", "a.m", "p.m", "u.s", "u.k", "u.n", "ph.d"
+))  # fmt: skip
 
 
 def split_sentences(text: str, max_length: int | None = None) -> list[str]:

@@ -244,10 +244,13 @@ class _Encoder(nn.Module):
             _EncoderLayer(config, i) for i in range(config.num_hidden_layers)
         )
         self.pre_norm = config.do_stable_layer_norm
+        self.sdpa_mask = config.family != "wavlm"
 
     def forward(self, x: Tensor, valid: Tensor | None) -> list[Tensor]:
         if valid is not None:  # padded frames are zero before the positional conv
             x = x.masked_fill(~valid[..., None], 0)
+            if self.sdpa_mask and bool(valid.all()):
+                valid = None  # transformers then passes SDPA no mask at all
         x = x + self.pos_conv_embed(x)
         if not self.pre_norm:
             x = self.layer_norm(x)

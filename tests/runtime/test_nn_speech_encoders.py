@@ -131,8 +131,11 @@ def test_a_padded_batch_equals_upstream_with_its_attention_mask(tmp_path, family
     mask[2, 700:] = 0
     x = x * mask  # padding holds zeros, as a feature extractor pads
     expected = upstream(folder, family, x, mask)
+    unpadded = upstream(folder, family, x, torch.ones_like(mask))
+    encoder = load_speech_encoder(folder)
     with torch.inference_mode():
-        assert_equal_states(load_speech_encoder(folder)(x, mask), expected.hidden_states)
+        assert_equal_states(encoder(x, mask), expected.hidden_states)
+        assert_equal_states(encoder(x, torch.ones_like(mask)), unpadded.hidden_states)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -207,6 +207,19 @@ class _FeedForward(nn.Module):
         return self.output_dense(self.activation(self.intermediate_dense(x)))
 
 
+class _AttentionAdapter(nn.Module):
+    """The small bottleneck a pre-norm layer adds at its end (MMS's per-language adapters)."""
+
+    def __init__(self, width: int, bottleneck: int) -> None:
+        super().__init__()
+        self.norm = default.LayerNorm(width)  # eps 1e-5, not the config's, as upstream
+        self.linear_1 = default.Linear(width, bottleneck)
+        self.linear_2 = default.Linear(bottleneck, width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear_2(F.relu(self.linear_1(self.norm(x))))
+
+
 class _EncoderLayer(nn.Module):
     """A transformer layer, post-norm or (``do_stable_layer_norm``) pre-norm."""
 
@@ -222,6 +235,9 @@ class _EncoderLayer(nn.Module):
         self.feed_forward = _FeedForward(config)
         self.final_layer_norm = default.LayerNorm(width, eps=eps)
         self.pre_norm = config.do_stable_layer_norm
+        self.adapter_layer = None
+        if config.adapter_attn_dim is not None:
+            self.adapter_layer = _AttentionAdapter(width, config.adapter_attn_dim)
 
     def forward(
         self, x: Tensor, valid: Tensor | None, position_bias: Tensor | None
@@ -229,7 +245,10 @@ class _EncoderLayer(nn.Module):
         if self.pre_norm:
             attended, position_bias = self.attention(self.layer_norm(x), valid, position_bias)
             x = x + attended
-            return x + self.feed_forward(self.final_layer_norm(x)), position_bias
+            x = x + self.feed_forward(self.final_layer_norm(x))
+            if self.adapter_layer is not None:
+                x = x + self.adapter_layer(x)
+            return x, position_bias
         attended, position_bias = self.attention(x, valid, position_bias)
         x = self.layer_norm(x + attended)
         return self.final_layer_norm(x + self.feed_forward(x)), position_bias

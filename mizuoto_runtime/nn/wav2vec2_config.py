@@ -75,6 +75,7 @@ class SpeechEncoderConfig:
     conv_pos_batch_norm: bool  # HuBERT may batch-norm before a plain positional conv
     num_buckets: int  # WavLM's relative positions
     max_bucket_distance: int
+    adapter_attn_dim: int | None  # pre-norm wav2vec 2.0 / HuBERT layers' adapters (MMS)
 
     @property
     def head_dim(self) -> int:
@@ -95,8 +96,6 @@ class SpeechEncoderConfig:
 
         if family != "hubert" and get("add_adapter"):
             _refuse("add_adapter", True, "the adapter after the encoder is not built")
-        if family == "wav2vec2" and get("adapter_attn_dim") is not None:
-            _refuse("adapter_attn_dim", get("adapter_attn_dim"), "attention adapters are not built")
         for name in ("hidden_act", "feat_extract_activation"):
             if get(name) not in ACTIVATIONS:
                 _refuse(name, get(name), f"known activations: {', '.join(ACTIVATIONS)}")
@@ -119,6 +118,10 @@ class SpeechEncoderConfig:
         if groups < 1 or hidden % groups:
             _refuse("num_conv_pos_embedding_groups", groups, f"must divide hidden_size {hidden}")
         hubert = family == "hubert"
+        stable = bool(get("do_stable_layer_norm"))
+        adapter = get("adapter_attn_dim")
+        if adapter is not None and (not isinstance(adapter, int) or adapter < 1):
+            _refuse("adapter_attn_dim", adapter, "expected a positive width or null")
         return cls(
             family=family,
             hidden_size=hidden,
@@ -135,12 +138,13 @@ class SpeechEncoderConfig:
             conv_bias=bool(get("conv_bias")),
             num_conv_pos_embeddings=int(get("num_conv_pos_embeddings")),
             num_conv_pos_embedding_groups=groups,
-            do_stable_layer_norm=bool(get("do_stable_layer_norm")),
+            do_stable_layer_norm=stable,
             has_masked_spec_embed=get("mask_time_prob") > 0.0 or get("mask_feature_prob") > 0.0,
             feat_proj_layer_norm=bool(get("feat_proj_layer_norm")) if hubert else True,
             conv_pos_batch_norm=bool(get("conv_pos_batch_norm")) if hubert else False,
             num_buckets=int(get("num_buckets")),
             max_bucket_distance=int(get("max_bucket_distance")),
+            adapter_attn_dim=adapter if family != "wavlm" and stable else None,
         )
 
 

@@ -4,7 +4,8 @@ Every checkpoint is a randomly initialised tiny ``Wav2Vec2Model`` / ``HubertMode
 written with ``save_pretrained``; both sides load the same folder. Each config varies what changes
 the forward: the feature extractor's norm and stack, conv bias, pre- or post-norm layers, the
 positional conv's kernel (odd and even) and groups, heads, activations, HuBERT's batch-norm
-positional conv and projection norm, WavLM's buckets. float32 and bfloat16 are both compared with
+positional conv and projection norm, the pre-norm layers' attention adapters (MMS), WavLM's
+buckets. float32 and bfloat16 are both compared with
 ``torch.equal``: the same operations in the same order give the same bits in either precision.
 """
 
@@ -60,13 +61,22 @@ CASES = [
             "num_conv_pos_embeddings": 7,
             "num_attention_heads": 2,
             "hidden_act": "gelu_new",
+            "adapter_attn_dim": 6,
             "conv_dim": (8, 12, 16, 16),
             "conv_kernel": (8, 4, 3, 2),
             "conv_stride": (4, 3, 2, 2),
         },
     ),
     ("hubert", {"conv_pos_batch_norm": True, "feat_proj_layer_norm": False, "hidden_act": "relu"}),
-    ("hubert", {"do_stable_layer_norm": True, "num_hidden_layers": 3, "layer_norm_eps": 1e-3}),
+    (
+        "hubert",
+        {
+            "do_stable_layer_norm": True,
+            "num_hidden_layers": 3,
+            "layer_norm_eps": 1e-3,
+            "adapter_attn_dim": 4,
+        },
+    ),
     ("wavlm", {"num_buckets": 64, "max_bucket_distance": 40}),
     (
         "wavlm",
@@ -165,7 +175,6 @@ def test_a_sharded_task_checkpoint_loads_its_base_model(tmp_path):
     ("family", "field", "value"),
     [
         ("wav2vec2", "add_adapter", True),
-        ("wav2vec2", "adapter_attn_dim", 4),
         ("wavlm", "hidden_act", "gelu_10"),
         ("hubert", "feat_extract_activation", "mish"),
     ],

@@ -5,8 +5,8 @@ published size (``EncodecConfig()`` is facebook/encodec_24khz, ``MimiConfig()`` 
 Encode and decode run on the same noise, ours and upstream's calls alternating so that both meet
 the same machine load; the best of ``--repeats`` is printed as seconds of audio coded per second
 (higher is better) with ours / upstream. Peak memory is the resident set size sampled every
-millisecond by a thread during the call, above what it was just before (tensors included; the
-allocator's cached pages count as they do for the OS).
+millisecond by a thread during one call, above what it was just before (tensors included), after
+``malloc_trim`` gave the heap's free pages back so that neither side starts on the other's.
 
     python benchmarks/nn_codecs.py [--seconds 4] [--repeats 3] [--threads N]
 """
@@ -14,6 +14,8 @@ allocator's cached pages count as they do for the OS).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import tempfile
 import threading
@@ -34,8 +36,15 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * _PAGE
 
 
+def _trim() -> None:
+    """Hand freed heap pages back to the OS (glibc), so a call starts from a clean baseline."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def peak_rss_above_start(function: Callable[[], object]) -> int:
     """Peak resident bytes above the start while ``function`` runs (sampled every ms)."""
+    _trim()
     start, peak, done = rss_bytes(), [0], threading.Event()
 
     def sample() -> None:

@@ -340,7 +340,7 @@ class MimiCodec:
             )
         if codes.dtype.is_floating_point or codes.dtype == torch.bool:
             raise ValueError(f"codes: expected integer codes, got {codes.dtype}")
-        if codes.numel() and (codes.min() < 0 or codes.max() >= self.codebook_size):
+        if bool(((codes < 0) | (codes >= self.codebook_size)).any()):
             raise ValueError(
                 f"codes: expected values in [0, {self.codebook_size}), got out of range"
             )

@@ -8,7 +8,6 @@ sides read the same folder. Codes from ``encode`` and audio from ``decode`` are 
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from transformers import DacConfig, DacModel
 
 from mizuoto_runtime.memory.handle import ModelHandle
 from mizuoto_runtime.memory.stream import stage_bytes
-from mizuoto_runtime.nn import load_codec
+from mizuoto_runtime.nn import dac, load_codec
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_sdk.errors import EngineUnavailable
 
@@ -69,8 +68,11 @@ def upstream(model: DacModel, x: torch.Tensor, n_quantizers: int | None = None):
         return codes, model.decode(audio_codes=codes).audio_values
 
 
-@pytest.mark.parametrize("weight_norm", [False, True], ids=["plain", "weight-norm"])
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(
+    ("shape", "weight_norm"),
+    [("small", False), ("odd-strides", True)],
+    ids=["small-plain", "odd-strides-weight-norm"],
+)
 def test_float32_codes_and_audio_are_bitwise_upstream(
     tmp_path: Path, shape: str, weight_norm: bool
 ):
@@ -116,14 +118,13 @@ def test_a_sharded_folder_loads_and_building_draws_nothing(tmp_path: Path):
     ],
 )
 def test_a_config_it_cannot_honour_is_engine_unavailable_naming_the_field(
-    tmp_path: Path, field: str, value: object
+    field: str, value: object
 ):
-    _, folder = save(tmp_path)
-    config = json.loads((folder / "config.json").read_text())
+    config = DacConfig(**SHAPES["small"]).to_dict()
     config[field] = value
-    (folder / "config.json").write_text(json.dumps(config))
+    # Refused before any weight is looked at.
     with pytest.raises(EngineUnavailable, match=field):
-        load_codec(folder)
+        dac.build(config, {}, device="cpu", dtype=torch.float32)
 
 
 def test_bad_input_is_a_value_error_naming_the_argument(tmp_path: Path):
@@ -171,19 +172,19 @@ def test_streamed_blocks_give_the_resident_codes_and_audio_bitwise(tmp_path: Pat
 
 def test_threads_sharing_one_codec_get_the_same_output(tmp_path: Path):
     ours = load_codec(save(tmp_path)[1])
-    inputs = [audio(seed=s) for s in range(4)]
+    inputs = [audio(seed=s) for s in range(2)]
     expected = [ours.decode(ours.encode(x)) for x in inputs]
     outs: dict[int, torch.Tensor] = {}
 
     def work(i: int) -> None:
         outs[i] = ours.decode(ours.encode(inputs[i]))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert all(torch.equal(outs[i], expected[i]) for i in range(4))
+    assert all(torch.equal(outs[i], expected[i]) for i in range(2))
 
 
 @pytest.mark.cuda

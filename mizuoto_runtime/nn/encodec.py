@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
+import attrs
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -31,14 +32,8 @@ from mizuoto_runtime.nn.seanet import (
 from mizuoto_runtime.weights.loading import load_into
 from mizuoto_sdk.errors import EngineUnavailable
 
-__all__ = ["EncodecCodec", "EncodecStreamDecoder", "build"]
+__all__ = ["EncodecCodec", "EncodecFrames", "EncodecStreamDecoder", "build"]
 
-# Fields that change the forward and what this port supports of each.
-_UNSUPPORTED = {
-    "normalize": (False, None),
-    "chunk_length_s": (None,),
-    "overlap": (None,),
-}
 _CODEBOOK_STATS = ("*.codebook.inited", "*.codebook.cluster_size", "*.codebook.embed_avg")
 
 
@@ -46,12 +41,6 @@ class _Settings:
     """The config fields the forward reads, each with upstream's default."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        for name, allowed in _UNSUPPORTED.items():
-            if config.get(name) not in allowed:
-                raise EngineUnavailable(
-                    f"encodec: config {name}={config[name]!r} is not supported (chunked or "
-                    f"normalised EnCodec, as the 48 kHz checkpoint uses); supported: {allowed[0]!r}"
-                )
         norm = config.get("norm_type", "weight_norm")
         if norm not in ("weight_norm", "time_group_norm"):
             raise EngineUnavailable(f"encodec: config norm_type={norm!r} is not supported")
@@ -80,6 +69,17 @@ class _Settings:
         if 2**self.bits != self.codebook_size:
             raise EngineUnavailable(f"encodec: codebook_size {self.codebook_size} is no power of 2")
         self.num_quantizers = int(1000 * self.bandwidths[-1] // (self.frame_rate * self.bits))
+        self.normalize = bool(config.get("normalize", False))
+        seconds, overlap = config.get("chunk_length_s"), config.get("overlap")
+        self.chunk_length = None if seconds is None else int(seconds * sampling_rate)
+        self.chunk_stride = self.chunk_length
+        if self.chunk_length is not None:
+            if overlap is None:
+                raise EngineUnavailable(
+                    "encodec: config chunk_length_s without overlap is not supported "
+                    "(upstream then has no chunk stride)"
+                )
+            self.chunk_stride = max(1, int((1.0 - float(overlap)) * self.chunk_length))
 
     def conv(self, cin: int, cout: int, kernel: int, stride: int = 1) -> NormConv1d:
         return NormConv1d(
@@ -255,23 +255,84 @@ class EncodecCodec:
 
     @torch.inference_mode()
     def encode(self, audio: Tensor, bandwidth: float | None = None) -> Tensor:
-        """audio [B, C, T] (C = ``audio_channels``) -> codes [B, K, ceil(T / hop_length)]."""
-        if audio.dim() != 3 or audio.shape[1] != self.channels:
+        """audio [B, C, T] (C = ``audio_channels``) -> codes [B, K, ceil(T / hop_length)].
+
+        For checkpoints that code in chunks or rescale the audio (``chunk_length_s``,
+        ``normalize``), codes alone do not decode: use ``encode_frames``.
+        """
+        if self._settings.chunk_length is not None or self._settings.normalize:
             raise ValueError(
-                f"audio: expected [batch, {self.channels}, samples], got {list(audio.shape)}"
+                "encode: this checkpoint codes in chunks or rescales the audio "
+                "(chunk_length_s / normalize); use encode_frames and decode_frames"
             )
-        count = self.quantizers_for(bandwidth)
-        audio = audio.to(self.dtype)
-        return self.quantizer.encode(self.encoder(audio), count)
+        return self.encode_frames(audio, bandwidth).codes[0]
 
     @torch.inference_mode()
     def decode(self, codes: Tensor) -> Tensor:
         """codes [B, K, frames] (or upstream's [1, B, K, frames]) -> audio [B, C, frames * hop]."""
         return self.decoder(self.quantizer.decode(self._checked(codes)))
 
+    @torch.inference_mode()
+    def encode_frames(self, audio: Tensor, bandwidth: float | None = None) -> EncodecFrames:
+        """Upstream's whole ``EncodecModel.encode`` output: codes [chunks, B, K, frames], each
+        chunk's scale (None unless ``normalize``) and the padding of the last chunk's codes."""
+        if audio.dim() != 3 or audio.shape[1] != self.channels:
+            raise ValueError(
+                f"audio: expected [batch, {self.channels}, samples], got {list(audio.shape)}"
+            )
+        s = self._settings
+        count = self.quantizers_for(bandwidth)
+        audio = audio.to(self.dtype)
+        length = audio.shape[-1]
+        size, stride = (
+            (length, length) if s.chunk_length is None else (s.chunk_length, s.chunk_stride)
+        )
+        chunks, scales = [], []
+        for offset in range(0, length, max(1, stride or 1)):
+            chunk = audio[..., offset : offset + size]
+            scale = None
+            if s.normalize:  # upstream's RMS of the channel mean, plus 1e-8
+                mono = torch.sum(chunk, 1, keepdim=True) / chunk.shape[1]
+                scale = mono.pow(2).mean(dim=-1, keepdim=True).sqrt() + 1e-8
+                chunk = chunk / scale
+                scale = scale.view(-1, 1)
+            chunks.append(self.quantizer.encode(self.encoder(chunk), count))
+            scales.append(scale)
+        pad = chunks[0].shape[-1] - chunks[-1].shape[-1]
+        if pad > 0:
+            chunks[-1] = F.pad(chunks[-1], (0, pad), value=0)
+        return EncodecFrames(torch.stack(chunks), tuple(scales), pad)
+
+    @torch.inference_mode()
+    def decode_frames(self, frames: EncodecFrames) -> Tensor:
+        """Upstream's ``EncodecModel.decode(codes, scales, last_frame_pad_length=...)``: each
+        chunk decoded and rescaled, chunks joined by upstream's linear overlap-add."""
+        s, codes = self._settings, frames.codes
+        if codes.dim() != 4 or len(frames.scales) != codes.shape[0]:
+            raise ValueError(
+                f"frames: expected codes [chunks, batch, K, frames] and one scale per chunk, "
+                f"got {list(codes.shape)} and {len(frames.scales)} scales"
+            )
+        if s.chunk_length is None and codes.shape[0] != 1:
+            raise ValueError(f"frames: expected one chunk, got {codes.shape[0]}")
+        decoded = []
+        for index, (chunk, scale) in enumerate(zip(codes, frames.scales, strict=True)):
+            if index == len(codes) - 1 and frames.last_frame_pad_length > 0:
+                chunk = chunk[..., : -frames.last_frame_pad_length]
+            audio = self.decoder(self.quantizer.decode(self._checked(chunk)))
+            decoded.append(audio if scale is None else audio * scale.view(-1, 1, 1))
+        if s.chunk_length is None:
+            return decoded[0]
+        return _overlap_add(decoded, s.chunk_stride or 1)
+
     def stream_decoder(self) -> EncodecStreamDecoder:
         """A decoder for consecutive chunks of one code sequence (causal weight-norm configs)."""
         s = self._settings
+        if s.chunk_length is not None or s.normalize:
+            raise EngineUnavailable(
+                "encodec: streaming a chunked or normalised checkpoint (chunk_length_s, "
+                "normalize) is not supported"
+            )
         if not s.causal or s.group_norm or s.trim_right_ratio != 1.0 or s.pad_mode == "circular":
             raise EngineUnavailable(
                 "encodec: streaming needs use_causal_conv=True, norm_type='weight_norm', "
@@ -327,6 +388,34 @@ class EncodecStreamDecoder:
             )
         latents = self._codec.quantizer.decode(codes)
         return step_layers(self._codec.decoder.layers, latents, self._state)
+
+
+@attrs.frozen
+class EncodecFrames:
+    """What upstream's ``EncodecModel.encode`` returns: codes [chunks, B, K, frames], each
+    chunk's scale [B, 1] (None unless the checkpoint normalises), and how many code frames pad
+    the last chunk."""
+
+    codes: Tensor
+    scales: tuple[Tensor | None, ...]
+    last_frame_pad_length: int
+
+
+def _overlap_add(frames: list[Tensor], stride: int) -> Tensor:
+    """Upstream's ``_linear_overlap_add``: triangular weights peaking mid-chunk, normalised."""
+    first = frames[0]
+    total = stride * (len(frames) - 1) + frames[-1].shape[-1]
+    steps = torch.linspace(0, 1, first.shape[-1] + 2, device=first.device, dtype=first.dtype)
+    weight = 0.5 - (steps[1:-1] - 0.5).abs()
+    weights = torch.zeros(total, device=first.device, dtype=first.dtype)
+    out = torch.zeros(*first.shape[:-1], total, device=first.device, dtype=first.dtype)
+    for index, frame in enumerate(frames):
+        start, length = index * stride, frame.shape[-1]
+        out[..., start : start + length] += weight[:length] * frame
+        weights[start : start + length] += weight[:length]
+    if weights.min() == 0:
+        raise ValueError("frames: the chunks leave a gap (overlap-add weight zero)")
+    return out / weights
 
 
 def _weighted(module: nn.Module) -> list[nn.Module]:

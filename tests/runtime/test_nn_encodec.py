@@ -84,6 +84,39 @@ def test_float32_encode_and_decode_are_bitwise_upstream(tmp_path: Path, shape: s
             assert torch.equal(ours.decode(expected), decoded)  # upstream's 4-D layout too
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"normalize": True},
+        # 60-sample chunks every 54 (as the 48 kHz checkpoint: 1 s chunks, 1% overlap, rescaled)
+        {"normalize": True, "chunk_length_s": 0.1, "overlap": 0.1, "audio_channels": 2},
+    ],
+    ids=["normalized", "chunked-normalized-stereo"],
+)
+def test_chunked_and_normalized_checkpoints_code_as_upstream_through_frames(
+    tmp_path: Path, overrides: dict[str, object]
+):
+    theirs = save_checkpoint(tmp_path, **overrides)
+    ours = load_codec(tmp_path)
+    x = audio(theirs.config.audio_channels, 197)
+    with torch.no_grad():
+        expected = theirs.encode(x, bandwidth=1.6)
+        decoded = theirs.decode(
+            expected.audio_codes,
+            expected.audio_scales,
+            last_frame_pad_length=expected.last_frame_pad_length,
+        ).audio_values
+    frames = ours.encode_frames(x, bandwidth=1.6)
+    assert torch.equal(frames.codes, expected.audio_codes)
+    assert frames.last_frame_pad_length == expected.last_frame_pad_length
+    assert all(torch.equal(a, b) for a, b in zip(frames.scales, expected.audio_scales, strict=True))
+    assert torch.equal(ours.decode_frames(frames), decoded)
+    with pytest.raises(ValueError, match="encode_frames"):
+        ours.encode(x)
+    with pytest.raises(EngineUnavailable, match="normalize"):
+        ours.stream_decoder()
+
+
 @pytest.mark.parametrize("shape", ["causal-weightnorm-lstm1", "lstm2-stereo-dilated"])
 def test_stream_decoder_chunks_join_to_the_whole_decode(tmp_path: Path, shape: str):
     save_checkpoint(tmp_path, **SHAPES[shape])
@@ -93,7 +126,8 @@ def test_stream_decoder_chunks_join_to_the_whole_decode(tmp_path: Path, shape: s
     stream = codec.stream_decoder()
     cuts = (0, 1, 2, 9, 10, 23, 34)
     parts = [stream.decode(codes[..., a:b]) for a, b in itertools.pairwise(cuts)]
-    assert parts[0].shape[-1] == 0  # held back until the first conv's kernel is full
+    # reflect padding holds the first frames back until the first conv's kernel is full
+    assert parts[0].shape[-1] == (0 if stream.warmup > 1 else codec.hop_length)
     joined = torch.cat(parts, dim=-1)
     assert joined.shape == whole.shape
     torch.testing.assert_close(joined, whole, rtol=0, atol=1e-5)
@@ -144,9 +178,7 @@ def test_loading_draws_nothing_from_the_global_generator(tmp_path: Path):
     assert torch.equal(torch.random.get_rng_state(), before)
 
 
-@pytest.mark.parametrize(
-    ("field", "value"), [("normalize", True), ("chunk_length_s", 1.0), ("norm_type", "batch")]
-)
+@pytest.mark.parametrize(("field", "value"), [("chunk_length_s", 1.0), ("norm_type", "batch")])
 def test_a_config_this_port_does_not_follow_is_refused_by_name(
     tmp_path: Path, field: str, value: object
 ):

@@ -12,7 +12,7 @@ EXTRAS = {
     "tokenizers": ("tokenizers>=0.20", "text"),
     "jinja2": ("jinja2>=3.1.6", "text"),
     "tiktoken": ("tiktoken>=0.7", "tiktoken"),
-    "wetext": ("wetext==0.1.8", "wetext"),
+    "wetext": ("wetext>=0.1.8", "wetext"),
 }
 
 

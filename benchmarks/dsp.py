@@ -3,9 +3,11 @@
 Rows: Whisper's log-mel (against ``whisper.audio.log_mel_spectrogram``), HiFi-GAN's mel (against
 upstream's ``meldataset.mel_spectrogram``, written out below as published), Kaldi's fbank (against
 ``kaldi_native_fbank.OnlineFbank``, through its Python API as callers use it) and librosa's
-melspectrogram (against ``librosa.feature.melspectrogram``). Each runs on the same noise; ours
-and upstream's calls alternate, so both meet the same machine load, and the best of ``--repeats``
-is printed as milliseconds per second of audio, with ours / upstream. The peers are test extras:
+melspectrogram (against ``librosa.feature.melspectrogram``); then ``benchmarks/tokenizer.py``'s
+encode throughput of ``text.Tokenizer`` against transformers' fast tokenizer. Each runs on the
+same noise; ours and upstream's calls alternate, so both meet the same machine load, and the
+best of ``--repeats`` is printed as milliseconds per second of audio, with ours / upstream. The
+peers are test extras:
 
     pip install librosa openai-whisper kaldi-native-fbank
     python benchmarks/dsp.py [--seconds 10] [--repeats 20] [--device cpu|cuda]
@@ -85,6 +87,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--no-tokenizer", action="store_true", help="leave out benchmarks/tokenizer.py's rows"
+    )
     args = parser.parse_args()
     try:
         import kaldi_native_fbank as knf
@@ -166,7 +171,11 @@ def main() -> None:
         per = 1e3 / args.seconds
         print(f"{name:<40} {mine * per:>8.3f} {peer * per:>9.3f} {mine / peer:>13.2f}x")
 
-    # (the tokenizer rows go here)
+    if not args.no_tokenizer:  # text.Tokenizer against transformers' fast tokenizer
+        import tokenizer
+
+        print()
+        tokenizer.main(["--megabytes", "1", "--repeats", "3"])
 
 
 if __name__ == "__main__":

@@ -132,10 +132,12 @@ class Snake1d(nn.Module):
         self.alpha = nn.Parameter(torch.empty(1, channels, 1, **factory))
 
     def forward(self, x: Tensor) -> Tensor:
-        # Upstream's x + 1 / (alpha + 1e-9) * sin(alpha x)^2, in place in one fresh tensor;
-        # the operands of each + and * are swapped, which leaves every rounding as it was.
-        wave = (self.alpha * x).sin_().pow_(2)
-        return wave.mul_((self.alpha + 1e-9).reciprocal()).add_(x)
+        # Upstream's reshapes are views, kept because a view may restride a length-1 time axis,
+        # and a conv's kernel choice (so its rounding) follows its input's strides.
+        shape = x.shape
+        x = x.reshape(shape[0], shape[1], -1)
+        x = x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+        return x.reshape(shape)
 
 
 class DacResidualUnit(nn.Module):
@@ -150,7 +152,7 @@ class DacResidualUnit(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.conv2(self.snake2(self.conv1(self.snake1(x))))
-        return y.add_(x)  # the 7-tap conv is padded to keep the length, so nothing is trimmed
+        return x + y  # the 7-tap conv is padded to keep the length, so nothing is trimmed
 
 
 def _units(channels: int, **factory: Any) -> tuple[DacResidualUnit, ...]:
@@ -244,6 +246,10 @@ class DacVectorQuantize(nn.Module):
         self.out_proj = default.Conv1d(config.codebook_dim, config.hidden_size, 1, **factory)
         self.codebook = default.Embedding(config.codebook_size, config.codebook_dim, **factory)
 
+    def lookup(self, codes: Tensor) -> Tensor:
+        """The projected codebook vectors ``[B, hidden_size, frames]`` of ``codes``."""
+        return self.out_proj(self.codebook(codes).transpose(1, 2))
+
     def nearest(self, latent: Tensor) -> Tensor:
         """Codes ``[B, frames]`` of ``latent`` ``[B, codebook_dim, frames]``: the largest cosine
         similarity, written as upstream's negated squared distance so ties and rounding agree."""
@@ -280,12 +286,12 @@ class DacResidualVectorQuantizer(nn.Module):
         return torch.stack(codes, dim=1)  # [B, n_quantizers, frames]
 
     def decode(self, codes: Tensor) -> Tensor:
-        total: Tensor | None = None
-        for i, quantizer in enumerate(self._books()[: codes.shape[1]]):
-            part = quantizer.out_proj(quantizer.codebook(codes[:, i]).transpose(1, 2))
-            # Upstream sums from 0.0, which also turns -0.0 into +0.0.
-            total = part + 0.0 if total is None else total.add_(part)
-        assert total is not None
+        books = self._books()[: codes.shape[1]]
+        # As upstream: 0.0 plus the first (a new tensor, -0.0 made +0.0), the others added in
+        # place; even the in-place choice is kept, as it decides the strides the next conv sees.
+        total = books[0].lookup(codes[:, 0]) + 0.0
+        for i, quantizer in enumerate(books[1:], start=1):
+            total.add_(quantizer.lookup(codes[:, i]))
         return total  # [B, hidden_size, frames]
 
 

@@ -87,6 +87,13 @@ class HifiGanConfig:
                     f"speecht5_hifigan config: {a} and {b} must be non-empty and of one length, "
                     f"got {len(getattr(out, a))} and {len(getattr(out, b))}"
                 )
+        if any(k < r for k, r in zip(out.upsample_kernel_sizes, out.upsample_rates, strict=True)):
+            # Padding (k - rate) // 2 would be negative, which torch's conv refuses.
+            raise EngineUnavailable(
+                "speecht5_hifigan config: each of upsample_kernel_sizes must be at least its "
+                f"upsample_rates entry, got {list(out.upsample_kernel_sizes)} for "
+                f"{list(out.upsample_rates)}"
+            )
         if any(k % 2 == 0 for k in out.resblock_kernel_sizes):
             # The residual add needs the block's length kept, which only odd kernels do
             # (upstream fails in its forward instead).
@@ -162,10 +169,9 @@ class HifiGanResidualBlock(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        # In place where the tensor is this block's own: same values, less memory traffic.
         for conv1, conv2 in zip(self.convs1, self.convs2, strict=True):
             y = conv1(F.leaky_relu(x, self.slope))
-            x = conv2(F.leaky_relu(y, self.slope, inplace=True)).add_(x)
+            x = conv2(F.leaky_relu(y, self.slope)) + x
         return x
 
 
@@ -221,14 +227,14 @@ class SpeechT5HifiGan(nn.Module):
         x = self.conv_pre(mel.transpose(2, 1))  # [B, C, frames]
         kernels = len(config.resblock_kernel_sizes)
         for i, up in enumerate(self.upsampler):
-            x = up(F.leaky_relu(x, config.leaky_relu_slope, inplace=True))  # [B, C/2, T*rate]
+            x = up(F.leaky_relu(x, config.leaky_relu_slope))  # [B, C / 2, frames * rate]
             blocks = self.resblocks[i * kernels : (i + 1) * kernels]
             total = blocks[0](x)
             for block in blocks[1:]:
-                total.add_(block(x))
-            x = total.div_(kernels)
+                total += block(x)
+            x = total / kernels
         # Upstream's last activation uses torch's default slope (0.01), not the config's.
-        x = self.conv_post(F.leaky_relu(x, inplace=True)).tanh_()
+        x = torch.tanh(self.conv_post(F.leaky_relu(x)))
         return x.squeeze(1)  # [B, samples]
 
 

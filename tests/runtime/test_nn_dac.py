@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from small_models import HostCopies
 from transformers import DacConfig, DacModel
 
@@ -85,6 +87,47 @@ def test_float32_codes_and_audio_are_bitwise_upstream(
     fewer, fewer_audio = upstream(theirs, x, n_quantizers=2)
     assert torch.equal(ours.encode(x, n_quantizers=2), fewer)
     assert torch.equal(ours.decode(fewer), fewer_audio.unsqueeze(1))
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    strides=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    books=st.integers(1, 3),
+    size=st.sampled_from([2, 8]),
+    dim=st.integers(1, 4),
+    weight_norm=st.booleans(),
+    extra=st.sampled_from([0, 1, 29]),
+)
+def test_any_config_is_bitwise_upstream(
+    tmp_path_factory: pytest.TempPathFactory,
+    strides: list[int],
+    books: int,
+    size: int,
+    dim: int,
+    weight_norm: bool,
+    extra: int,
+):
+    """``extra`` samples over the fewest the strides take: 0 leaves one frame, where a
+    length-1 time axis lets torch pick conv kernels by strides that upstream's ops decide."""
+    fields = {
+        "encoder_hidden_size": 2,
+        "downsampling_ratios": strides,
+        "decoder_hidden_size": 16,
+        "n_codebooks": books,
+        "codebook_size": size,
+        "codebook_dim": dim,
+    }
+    theirs, folder = save(tmp_path_factory.mktemp("dac"), "small", weight_norm, **fields)
+    ours = load_codec(folder)
+    x = audio(batch=2, samples=ours.config.shortest_audio + extra)
+    codes, expected = upstream(theirs, x)
+    assert torch.equal(ours.encode(x), codes)
+    assert torch.equal(ours.decode(codes), expected.unsqueeze(1))
 
 
 def test_bfloat16_is_bitwise_upstream_in_bfloat16(tmp_path: Path):

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from small_models import HostCopies
 from transformers import SpeechT5HifiGan, SpeechT5HifiGanConfig
 
@@ -63,11 +65,51 @@ def mel(batch: int = 2, frames: int = 9, seed: int = 1) -> torch.Tensor:
 def test_float32_is_bitwise_upstream_batched_and_unbatched(tmp_path: Path, shape: str):
     theirs, folder = save(tmp_path, **SHAPES[shape])
     ours = load_vocoder(folder)
-    x = mel()
+    x, single_frame = mel(), mel(frames=1)  # a length-1 time axis restrides where ops differ
     with torch.no_grad():
         expected, expected_one = theirs(x), theirs(x[1])
+        expected_single = theirs(single_frame)
     assert torch.equal(ours(x), expected)
     assert torch.equal(ours(x[1]), expected_one)
+    assert torch.equal(ours(single_frame), expected_single)
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> dict[str, object]:
+    """Any layout upstream runs: rates with kernels at least as long, odd residual kernels."""
+    rates = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    kernels = [draw(st.integers(rate, 2 * rate + 1)) for rate in rates]
+    blocks = draw(st.integers(1, 2))
+    return {
+        "upsample_rates": rates,
+        "upsample_kernel_sizes": kernels,
+        "resblock_kernel_sizes": draw(
+            st.lists(st.sampled_from([1, 3, 5]), min_size=blocks, max_size=blocks)
+        ),
+        "resblock_dilation_sizes": [
+            draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)) for _ in range(blocks)
+        ],
+        "leaky_relu_slope": draw(st.sampled_from([0.1, 0.3])),
+        "normalize_before": draw(st.booleans()),
+        "upsample_initial_channel": draw(st.sampled_from([8, 12])),
+    }
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(config=configs(), frames=st.integers(1, 12))
+def test_any_config_upstream_runs_is_bitwise_upstream(
+    tmp_path_factory: pytest.TempPathFactory, config: dict[str, object], frames: int
+):
+    theirs, folder = save(tmp_path_factory.mktemp("hifigan"), **config)
+    x = mel(batch=1, frames=frames)
+    with torch.no_grad():
+        expected = theirs(x)
+    assert torch.equal(load_vocoder(folder)(x), expected)
 
 
 @pytest.mark.parametrize("shape", ["uneven"])

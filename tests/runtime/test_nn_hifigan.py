@@ -142,6 +142,7 @@ def test_a_sharded_folder_loads_and_building_draws_nothing(tmp_path: Path):
         ("upsample_kernel_sizes", [8]),
         ("normalize_before", "yes"),
         ("upsample_rates", [0, 4]),
+        ("upsample_kernel_sizes", [2, 8]),  # shorter than its rate of 4
         ("resblock_dilation_sizes", [[1, 3], [], [1]]),
     ],
 )

@@ -102,6 +102,22 @@ class DacConfig:
             samples += 1
         return samples
 
+    @property
+    def shortest_codes(self) -> int:
+        """The fewest code frames every block of the decoder still has a sample of (only a
+        stride-1 block shortens: by one)."""
+        frames = 1
+        while not all(n >= 1 for n in _decoder_lengths(frames, self.upsampling_ratios)):
+            frames += 1
+        return frames
+
+
+def _decoder_lengths(frames: int, strides: Sequence[int]) -> list[int]:
+    lengths = [frames]
+    for stride in strides:  # transposed, kernel 2s, padding ceil(s / 2)
+        lengths.append((lengths[-1] - 1) * stride - 2 * math.ceil(stride / 2) + 2 * stride)
+    return lengths
+
 
 def _encoder_lengths(samples: int, strides: Sequence[int]) -> list[int]:
     lengths = [samples]
@@ -362,6 +378,9 @@ class DacCodec:
             raise ValueError(
                 f"codes: expected [batch, 1 to {count} codebooks, frames], got {list(codes.shape)}"
             )
+        shortest = self.config.shortest_codes
+        if codes.shape[2] < shortest:
+            raise ValueError(f"codes: expected at least {shortest} frames, got {codes.shape[2]}")
         if codes.numel() and (codes.min() < 0 or codes.max() >= size):
             raise ValueError(f"codes: expected values in 0..{size - 1}")
         codes = codes.to(device=self.device, dtype=torch.long)

@@ -90,7 +90,7 @@ def test_float32_codes_and_audio_are_bitwise_upstream(
 
 
 @settings(
-    max_examples=4,
+    max_examples=5,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -101,6 +101,7 @@ def test_float32_codes_and_audio_are_bitwise_upstream(
     size=st.sampled_from([2, 8]),
     dim=st.integers(1, 4),
     weight_norm=st.booleans(),
+    up=st.none() | st.lists(st.integers(1, 4), min_size=1, max_size=2),
     extra=st.sampled_from([0, 1, 29]),
 )
 def test_any_config_is_bitwise_upstream(
@@ -110,11 +111,13 @@ def test_any_config_is_bitwise_upstream(
     size: int,
     dim: int,
     weight_norm: bool,
+    up: list[int] | None,
     extra: int,
 ):
-    """``extra`` samples over the fewest the strides take: 0 leaves one frame, where a
-    length-1 time axis lets torch pick conv kernels by strides that upstream's ops decide."""
-    fields = {
+    """``up``: decoder strides stored in the config (else the encoder's reversed). ``extra``:
+    samples over the fewest the strides take; 0 leaves one frame, where a length-1 time axis
+    lets torch pick conv kernels by strides that upstream's ops decide."""
+    fields: dict[str, object] = {
         "encoder_hidden_size": 2,
         "downsampling_ratios": strides,
         "decoder_hidden_size": 16,
@@ -122,9 +125,13 @@ def test_any_config_is_bitwise_upstream(
         "codebook_size": size,
         "codebook_dim": dim,
     }
+    if up is not None:
+        fields["upsampling_ratios"] = up
     theirs, folder = save(tmp_path_factory.mktemp("dac"), "small", weight_norm, **fields)
     ours = load_codec(folder)
-    x = audio(batch=2, samples=ours.config.shortest_audio + extra)
+    config = ours.config
+    samples = config.shortest_audio + extra + (config.shortest_codes - 1) * config.hop_length
+    x = audio(batch=2, samples=samples)
     codes, expected = upstream(theirs, x)
     assert torch.equal(ours.encode(x), codes)
     assert torch.equal(ours.decode(codes), expected.unsqueeze(1))
@@ -182,6 +189,10 @@ def test_bad_input_is_a_value_error_naming_the_argument(tmp_path: Path):
     for bad in (good.float(), good[:, :, None], torch.zeros(1, 4, 5).long(), good + 16, good - 1):
         with pytest.raises(ValueError, match="codes"):
             ours.decode(bad)
+    # Each stride-1 decoder block shortens the audio by one sample: two need three frames.
+    shrinking = load_codec(save(tmp_path / "shrinking", upsampling_ratios=[1, 1])[1])
+    with pytest.raises(ValueError, match="codes: expected at least 3 frames"):
+        shrinking.decode(good[..., :2])
 
 
 def streaming(handles: tuple[ModelHandle, ...], streamed: ModelHandle) -> Runtime:

@@ -70,7 +70,7 @@ class DacConfig:
                 n_codebooks=_positive(get, "n_codebooks"),
                 codebook_size=_positive(get, "codebook_size"),
                 codebook_dim=_positive(get, "codebook_dim"),
-                sampling_rate=int(get["sampling_rate"]),
+                sampling_rate=_positive(get, "sampling_rate"),
                 hidden_size=_positive({"hidden_size": width << len(down), **config}, "hidden_size"),
                 upsampling_ratios=_ints(
                     {"upsampling_ratios": down[::-1], **config}, "upsampling_ratios"

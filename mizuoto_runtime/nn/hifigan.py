@@ -61,16 +61,16 @@ class HifiGanConfig:
         try:
             out = cls(
                 model_in_dim=_positive(get, "model_in_dim"),
-                sampling_rate=int(get["sampling_rate"]),
+                sampling_rate=_positive(get, "sampling_rate"),
                 upsample_initial_channel=_positive(get, "upsample_initial_channel"),
                 upsample_rates=_ints(get, "upsample_rates"),
                 upsample_kernel_sizes=_ints(get, "upsample_kernel_sizes"),
                 resblock_kernel_sizes=_ints(get, "resblock_kernel_sizes"),
                 resblock_dilation_sizes=tuple(
                     _ints({"resblock_dilation_sizes": d}, "resblock_dilation_sizes")
-                    for d in get["resblock_dilation_sizes"]
+                    for d in _list(get, "resblock_dilation_sizes")
                 ),
-                leaky_relu_slope=float(get["leaky_relu_slope"]),
+                leaky_relu_slope=_real(get, "leaky_relu_slope"),
                 normalize_before=_bool(get, "normalize_before"),
             )
         except (TypeError, ValueError) as error:
@@ -127,6 +127,20 @@ def _ints(config: Mapping[str, Any], name: str) -> tuple[int, ...]:
     if not isinstance(value, Sequence) or isinstance(value, str) or not value:
         raise ValueError(f"{name}: expected a non-empty list of positive integers, got {value!r}")
     return tuple(_positive({name: v}, name) for v in value)
+
+
+def _list(config: Mapping[str, Any], name: str) -> Sequence[Any]:
+    value = config[name]
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise ValueError(f"{name}: expected a list, got {value!r}")
+    return value
+
+
+def _real(config: Mapping[str, Any], name: str) -> float:
+    value = config[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a number, got {value!r}")
+    return float(value)
 
 
 def _bool(config: Mapping[str, Any], name: str) -> bool:

@@ -144,6 +144,8 @@ def test_a_sharded_folder_loads_and_building_draws_nothing(tmp_path: Path):
         ("upsample_rates", [0, 4]),
         ("upsample_kernel_sizes", [2, 8]),  # shorter than its rate of 4
         ("resblock_dilation_sizes", [[1, 3], [], [1]]),
+        ("resblock_dilation_sizes", 3),
+        ("leaky_relu_slope", "steep"),
     ],
 )
 def test_a_config_it_cannot_honour_is_engine_unavailable_naming_the_field(

@@ -148,8 +148,6 @@ def run_contract(
     import numpy  # noqa: F401 - imported before snapshots, so that importing is not a change
 
     subject = subject_for(engine_id, device, discovery, text, examples)
-    if subject.manifest.uses_torch:  # an engine that does not is checked without torch
-        import torch  # noqa: F401
     known = {c.id for c in ALL}
     stale = sorted(set(subject.manifest.expected_failures) - known)
     if stale:
@@ -159,7 +157,9 @@ def run_contract(
         )
     selected = checks_by_id(checks)
     if subject.record.status == "ok" and any(c.id in ISOLATED | IN_CHILD for c in selected):
-        isolated.prepare(subject)
+        isolated.prepare(subject)  # the fork server imports torch while this process does
+    if subject.manifest.uses_torch:  # an engine that does not is checked without torch
+        import torch  # noqa: F401
     second: Beside | None = None
     if jobs > 1 and subject.record.status == "ok" and childcheck.available():
         second = run_beside(

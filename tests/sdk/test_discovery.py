@@ -175,7 +175,7 @@ def test_a_class_that_declares_nothing_carries_its_manifests_devices_dtypes_and_
     assert (cls.DEVICES, cls.DTYPES, dict(cls.EXTRAS)) == (
         ("cpu", "cuda"),
         ("bfloat16", "float32"),
-        {"librosa": "librosa>=0.10"},
+        {"mizuoto_absent_extra": "mizuoto-absent-extra>=1.0"},
     )
     instance = cls()
     assert instance.DTYPES == ("bfloat16", "float32") and cls.__name__ == "DeclaresNothing"

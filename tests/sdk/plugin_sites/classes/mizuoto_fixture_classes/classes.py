@@ -16,11 +16,11 @@ class HalfFirst(Engine):
     DTYPES = ("bf16", "fp32")
 
 
-class WantsLibrosa(Engine):
-    """Needs an extra its manifest does not declare."""
+class WantsAnAbsentExtra(Engine):
+    """Needs an extra its manifest does not declare (a package no machine has)."""
 
     DEVICES = ("cpu",)
-    EXTRAS = {"librosa": "librosa>=0.10"}
+    EXTRAS = {"mizuoto_absent_extra": "mizuoto-absent-extra>=1.0"}
 
 
 class NotAnEngine:

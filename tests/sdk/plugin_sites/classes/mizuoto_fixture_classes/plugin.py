@@ -7,7 +7,7 @@ CPU = {"devices": ["cpu"]}
 MANIFESTS = {
     "devices-disagree": (f"{CLASSES}:CudaOnly", CPU),
     "dtypes-disagree": (f"{CLASSES}:HalfFirst", CPU),
-    "extras-disagree": (f"{CLASSES}:WantsLibrosa", CPU),
+    "extras-disagree": (f"{CLASSES}:WantsAnAbsentExtra", CPU),
     "not-an-engine": (f"{CLASSES}:NotAnEngine", CPU),
     "final": (f"{CLASSES}:Final", CPU),
     "raises-on-import": ("mizuoto_fixture_classes.raises_on_import:Engine", CPU),
@@ -17,7 +17,7 @@ MANIFESTS = {
         {
             "devices": ["cpu", "cuda"],
             "dtypes": ["bf16", "fp32"],
-            "extras": {"librosa": "librosa>=0.10"},
+            "extras": {"mizuoto_absent_extra": "mizuoto-absent-extra>=1.0"},
         },
     ),
     "small": (f"{CLASSES}:Shared", CPU),

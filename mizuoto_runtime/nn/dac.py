@@ -418,18 +418,24 @@ def fold_weight_norm(state_dict: Mapping[str, Tensor], dtype: torch.dtype) -> di
 
 
 def build(
-    config: Mapping[str, Any], state_dict: Mapping[str, Tensor], *, device: str, dtype: torch.dtype
+    config: Mapping[str, Any],
+    state_dict: Mapping[str, Tensor],
+    *,
+    device: str,
+    dtype: torch.dtype,
+    name: str = "dac",
 ) -> DacCodec:
     """The codec of a ``dac`` folder, its weights loaded strictly from ``state_dict`` (shared, not
-    copied, when device and dtype already match)."""
+    copied, when device and dtype already match); its handles are named ``NAME:encoder``,
+    ``NAME:quantizer`` and ``NAME:decoder``."""
     parsed = DacConfig.from_dict(config)
     with torch.device("meta"):
         model = _Dac(parsed, dtype=dtype)
     load_into(model, fold_weight_norm(state_dict, dtype), cast=True)
     model.to(device).eval()
     handles = (
-        ModelHandle(model.encoder, name="dac:encoder", load_device=device),
-        ModelHandle(model.quantizer, name="dac:quantizer", load_device=device, units=()),
-        ModelHandle(model.decoder, name="dac:decoder", load_device=device),
+        ModelHandle(model.encoder, name=f"{name}:encoder", load_device=device),
+        ModelHandle(model.quantizer, name=f"{name}:quantizer", load_device=device, units=()),
+        ModelHandle(model.decoder, name=f"{name}:decoder", load_device=device),
     )
     return DacCodec(model, parsed, handles)

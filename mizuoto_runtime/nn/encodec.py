@@ -222,6 +222,7 @@ class EncodecCodec:
         quantizer: _Quantizer,
         device: str,
         dtype: torch.dtype,
+        name: str = "encodec",
     ) -> None:
         self._settings = settings
         self.dtype = dtype
@@ -232,12 +233,12 @@ class EncodecCodec:
         self.codebook_size = settings.codebook_size
         self.handles = (
             ModelHandle(
-                encoder, name="encodec:encoder", load_device=device, units=_weighted(encoder)
+                encoder, name=f"{name}:encoder", load_device=device, units=_weighted(encoder)
             ),
             ModelHandle(
-                decoder, name="encodec:decoder", load_device=device, units=_weighted(decoder)
+                decoder, name=f"{name}:decoder", load_device=device, units=_weighted(decoder)
             ),
-            ModelHandle(quantizer, name="encodec:quantizer", load_device=device, units=()),
+            ModelHandle(quantizer, name=f"{name}:quantizer", load_device=device, units=()),
         )
 
     def quantizers_for(self, bandwidth: float | None) -> int:
@@ -425,9 +426,15 @@ def _weighted(module: nn.Module) -> list[nn.Module]:
 
 
 def build(
-    config: dict[str, Any], state_dict: dict[str, Tensor], *, device: str, dtype: torch.dtype
+    config: dict[str, Any],
+    state_dict: dict[str, Tensor],
+    *,
+    device: str,
+    dtype: torch.dtype,
+    name: str = "encodec",
 ) -> EncodecCodec:
-    """An ``EncodecCodec`` from a transformers EnCodec config and state dict."""
+    """An ``EncodecCodec`` from a transformers EnCodec config and state dict; its handles are
+    named ``NAME:encoder``, ``NAME:decoder`` and ``NAME:quantizer``."""
     settings = _Settings(config)
     with torch.device("meta"):
         encoder = _Encoder(settings).to(dtype)
@@ -440,4 +447,4 @@ def build(
     stray = [k for k in weights if not k.startswith(("encoder.", "decoder.", "quantizer."))]
     if stray:
         raise EngineUnavailable(f"encodec: unexpected checkpoint keys: {', '.join(stray[:10])}")
-    return EncodecCodec(settings, encoder, decoder, quantizer, device, dtype)
+    return EncodecCodec(settings, encoder, decoder, quantizer, device, dtype, name)

@@ -299,10 +299,16 @@ def _what(value: object) -> str:
 
 
 def build(
-    config: Mapping[str, Any], state_dict: Mapping[str, Tensor], *, device: str, dtype: torch.dtype
+    config: Mapping[str, Any],
+    state_dict: Mapping[str, Tensor],
+    *,
+    device: str,
+    dtype: torch.dtype,
+    name: str = "speecht5_hifigan",
 ) -> HifiGanVocoder:
     """The vocoder of a ``speecht5_hifigan`` folder, its weights loaded strictly from
-    ``state_dict`` (shared, not copied, when device and dtype already match)."""
+    ``state_dict`` (shared, not copied, when device and dtype already match); its handle is
+    named ``NAME:vocoder``."""
     parsed = HifiGanConfig.from_dict(config)
     with torch.device("meta"):
         module = SpeechT5HifiGan(parsed, dtype=dtype)
@@ -310,7 +316,7 @@ def build(
     module.to(device).eval()
     handle = ModelHandle(
         module,
-        name="speecht5_hifigan:vocoder",
+        name=f"{name}:vocoder",
         load_device=device,
         units=module.execution_order(),
     )

@@ -58,6 +58,7 @@ def _load(
     folder: str | PathLike[str],
     device: str,
     dtype: Any,
+    name: str | None,
 ) -> Any:
     import torch
 
@@ -73,23 +74,37 @@ def _load(
         )
     module = importlib.import_module(module_name)
     state_dict = load_state_dict(Path(folder))
+    # Handles are named after the folder unless the caller names them: the memory manager keys
+    # what it learns of a model's working memory by its handles' names, and two checkpoints of
+    # one family differ in size.
     return module.build(
-        config, state_dict, device=device, dtype=torch.float32 if dtype is None else dtype
+        config,
+        state_dict,
+        device=device,
+        dtype=torch.float32 if dtype is None else dtype,
+        name=name or f"{model_type}@{Path(folder).resolve()}",
     )
 
 
-def load_codec(folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None) -> Any:
-    """A codec (EnCodec, DAC, Mimi) from ``folder``: ``encode`` and ``decode`` as transformers'."""
-    return _load("codec", CODECS, folder, device, dtype)
+def load_codec(
+    folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None, name: str | None = None
+) -> Any:
+    """A codec (EnCodec, DAC, Mimi) from ``folder``: ``encode`` and ``decode`` as transformers'.
+    ``name`` prefixes its handles' names (default: ``MODEL_TYPE@FOLDER``)."""
+    return _load("codec", CODECS, folder, device, dtype, name)
 
 
-def load_vocoder(folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None) -> Any:
-    """A vocoder (HiFi-GAN as SpeechT5HifiGan) from ``folder``: mel -> waveform."""
-    return _load("vocoder", VOCODERS, folder, device, dtype)
+def load_vocoder(
+    folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None, name: str | None = None
+) -> Any:
+    """A vocoder (HiFi-GAN as SpeechT5HifiGan) from ``folder``: mel -> waveform. ``name`` as for
+    ``load_codec``."""
+    return _load("vocoder", VOCODERS, folder, device, dtype, name)
 
 
 def load_speech_encoder(
-    folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None
+    folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None, name: str | None = None
 ) -> Any:
-    """A speech encoder (wav2vec 2.0, HuBERT, WavLM) from ``folder``: audio -> hidden states."""
-    return _load("speech encoder", SPEECH_ENCODERS, folder, device, dtype)
+    """A speech encoder (wav2vec 2.0, HuBERT, WavLM) from ``folder``: audio -> hidden states.
+    ``name`` as for ``load_codec``."""
+    return _load("speech encoder", SPEECH_ENCODERS, folder, device, dtype, name)

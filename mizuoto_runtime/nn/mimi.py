@@ -287,6 +287,7 @@ class MimiCodec:
         quantizer: _SplitQuantizer,
         device: str,
         dtype: torch.dtype,
+        name: str = "mimi",
     ) -> None:
         self._settings = settings
         self.encoder, self.decoder, self.quantizer = encoder, decoder, quantizer
@@ -296,9 +297,9 @@ class MimiCodec:
         self.num_quantizers = settings.quantizers
         self.frame_rate = settings.frame_rate
         self.handles = (
-            ModelHandle(encoder, name="mimi:encoder", load_device=device, units=_units(encoder)),
-            ModelHandle(decoder, name="mimi:decoder", load_device=device, units=_units(decoder)),
-            ModelHandle(quantizer, name="mimi:quantizer", load_device=device, units=()),
+            ModelHandle(encoder, name=f"{name}:encoder", load_device=device, units=_units(encoder)),
+            ModelHandle(decoder, name=f"{name}:decoder", load_device=device, units=_units(decoder)),
+            ModelHandle(quantizer, name=f"{name}:quantizer", load_device=device, units=()),
         )
 
     @torch.inference_mode()
@@ -402,9 +403,15 @@ _PARTS = {
 
 
 def build(
-    config: dict[str, Any], state_dict: dict[str, Tensor], *, device: str, dtype: torch.dtype
+    config: dict[str, Any],
+    state_dict: dict[str, Tensor],
+    *,
+    device: str,
+    dtype: torch.dtype,
+    name: str = "mimi",
 ) -> MimiCodec:
-    """A ``MimiCodec`` from a transformers Mimi config and state dict (flat Hub layout)."""
+    """A ``MimiCodec`` from a transformers Mimi config and state dict (flat Hub layout); its
+    handles are named ``NAME:encoder``, ``NAME:decoder`` and ``NAME:quantizer``."""
     settings = _Settings(config)
     with torch.device("meta"):
         modules: dict[str, nn.Module] = {
@@ -432,4 +439,5 @@ def build(
         cast(_SplitQuantizer, modules["quantizer"]),
         device,
         dtype,
+        name,
     )

@@ -403,8 +403,10 @@ def build(
     *,
     device: str,
     dtype: torch.dtype,
+    name: str | None = None,
 ) -> SpeechEncoder:
-    """A ``SpeechEncoder`` from a parsed ``config.json`` and its checkpoint's tensors.
+    """A ``SpeechEncoder`` from a parsed ``config.json`` and its checkpoint's tensors; its handle
+    is named ``NAME:encoder`` (NAME defaults to the family).
 
     Built on ``meta`` (nothing allocated or drawn), filled strictly: a missing, extra or
     mis-shaped key is a ``LoadError`` listing them all. Tensors already in ``dtype`` on
@@ -417,7 +419,7 @@ def build(
     module = module.to(device).eval().requires_grad_(False)
     handle = ModelHandle(
         module,
-        name=f"{parsed.family}:encoder",
+        name=f"{name or parsed.family}:encoder",
         load_device=device,
         units=tuple(module.encoder.layers),
     )

@@ -53,6 +53,22 @@ def _check_path(instance: ModelFile, attribute: attrs.Attribute[Any], value: obj
         )
 
 
+def _required_files(value: object) -> tuple[str, ...]:
+    """File names a local model folder must hold, each a relative path as ``ModelFile.path``."""
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, Iterable):
+        raise ValueError(f"ModelEntry.required_files: expected file names, got {value!r}")
+    names = tuple(items)
+    for name in names:
+        parts = name.split("/") if isinstance(name, str) else []
+        if not parts or any(p in ("", ".", "..") for p in parts) or "\\" in name:
+            raise ValueError(
+                "ModelEntry.required_files: expected relative paths with '/' between folders, "
+                f"such as 'config.json', got {name!r}"
+            )
+    return names
+
+
 def _check_size(instance: ModelFile, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"ModelFile.size: expected a byte count >= 0, got {value!r}")
@@ -178,7 +194,8 @@ class ModelEntry:
     fetches Hub and URL files into its model cache with ``mizuoto models pull``). ``files`` is the
     older spelling of the first two: ``"package:relative/dir"`` or an absolute path (it fills
     ``source``). None for both: a model without files. The host resolves the source into
-    ``LoadSpec.model_dir``.
+    ``LoadSpec.model_dir``. The setting ``engines.<id>.model_dir`` replaces the source of the
+    engine's current model with a folder of the user's that holds ``required_files``.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "tiny"))
@@ -188,6 +205,9 @@ class ModelEntry:
     source: ModelSource | None = attrs.field(
         default=attrs.Factory(_source_of_files, takes_self=True), validator=_check_source
     )
+    required_files: tuple[str, ...] = attrs.field(default=(), converter=_required_files)
+    """The files a folder must hold to stand in for this model (``config.json``, ...): checked
+    when the setting ``engines.<id>.model_dir`` points the engine at a folder of the user's."""
 
 
 def models_of(values: Iterable[ModelEntry]) -> tuple[ModelEntry, ...]:

@@ -1,10 +1,12 @@
 """``mizuoto models``: each model's files (installed, missing, corrupt), pulling and removing them.
 
-    mizuoto models [ENGINE] [--json] [--verify]
+    mizuoto models [ENGINE] [--json] [--verify] [--set KEY=VALUE]
     mizuoto models pull ENGINE[:MODEL] [--json]
     mizuoto models rm ENGINE[:MODEL]
 
-Never imports torch. MODEL defaults to the engine's model setting, else its first model.
+Never imports torch. The host's settings are the settings files' and ``--set``. MODEL defaults
+to the engine's model setting, else its first model. The engine's current model shows as
+``local`` with its folder where ``engines.<id>.model_dir`` is set.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from mizuoto_sdk.cli.common import Usage, mib
+from mizuoto_sdk.cli.settings import add_set_option
 
 if TYPE_CHECKING:
     from mizuoto_sdk.host import RuntimeService
@@ -43,14 +46,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="listing: check every file's sha256 too (reads every byte; default: sizes only)",
     )
+    add_set_option(models)
     models.set_defaults(handler=models_command)
 
 
 def models_command(args: argparse.Namespace) -> int:
+    from mizuoto_sdk.cli.settings import host_settings
     from mizuoto_sdk.host import RuntimeService
     from mizuoto_sdk.host.models import ModelStore, model_cache
 
-    service: RuntimeService = args.service if args.service is not None else RuntimeService()
+    service: RuntimeService = (
+        args.service if args.service is not None else RuntimeService(host_settings(args.set))
+    )
     store = ModelStore(model_cache(service.settings))
     words = list(args.words)
     action = words.pop(0) if words and words[0] in ("pull", "rm") else "list"
@@ -88,7 +95,7 @@ def _list(
     if engine is not None:
         records = [service.discovery.record(engine)]
     rows: list[ModelStatus] = [
-        store.status(record.id, entry, verify=args.verify)
+        _status(service, store, record.id, entry, args.verify)
         for record in records
         for entry in (record.manifest.models if record.manifest else ())
     ]
@@ -105,6 +112,21 @@ def _list(
         if row.state != "installed" and row.pullable:
             print(f"  install: mizuoto models pull {row.engine}:{row.model}")
     return 0
+
+
+def _status(
+    service: RuntimeService, store: ModelStore, engine_id: str, entry: ModelEntry, verify: bool
+) -> ModelStatus:
+    """The engine's current model from the folder ``engines.<id>.model_dir`` names, if set."""
+    from pathlib import Path
+
+    settings = service.settings
+    folder = settings.engine(engine_id, "model_dir")
+    if folder is not None:
+        current = service.discovery.manifest(engine_id).model(settings.engine(engine_id, "model"))
+        if current == entry:
+            return store.local(engine_id, entry, Path(folder))
+    return store.status(engine_id, entry, verify=verify)
 
 
 class _Progress:

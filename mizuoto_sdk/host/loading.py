@@ -58,14 +58,20 @@ def model_handles(
 
 def owner_name(name: str, key: tuple[object, ...]) -> str:
     """``name`` with what else tells one load of the model from another (dtype, variant,
-    options): ``"codeclm/tiny@cpu[float32]"``, ``"codeclm/tiny@cpu[bfloat16 {"x": 1}]"``."""
-    _, variant, dtype, options = key
+    options, a local model folder): ``"codeclm/tiny@cpu[float32]"``,
+    ``"codeclm/tiny@cpu[bfloat16 {"x": 1}]"``."""
+    _, variant, dtype, options, *rest = key
     extra = [str(dtype)] + ([f"variant={variant}"] if variant else [])
+    extra += [f"model_dir={folder}" for folder in rest if folder is not None]
     return f"{name}[{' '.join(extra + ([str(options)] if options != '{}' else []))}]"
 
 
-def model_dir(entry: ModelEntry, engine_id: str, cache: Path | None = None) -> Path | None:
+def model_dir(
+    entry: ModelEntry, engine_id: str, cache: Path | None = None, local: Path | None = None
+) -> Path | None:
     """The folder ``entry``'s files are in, checked: ModelNotInstalled (naming the command that
     installs it) when they are missing or damaged; ``cache`` is the model cache (default: the
-    one ``MIZUOTO_HOME`` or the user data folder names)."""
-    return ModelStore(cache if cache is not None else model_cache()).require(engine_id, entry)
+    one ``MIZUOTO_HOME`` or the user data folder names); ``local`` a folder of the user's
+    (``engines.<id>.model_dir``) that replaces the declared source."""
+    store = ModelStore(cache if cache is not None else model_cache())
+    return store.require(engine_id, entry, local)

@@ -9,6 +9,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mizuoto_runtime.context import RequestContext
@@ -177,6 +178,7 @@ class LocalEngine:
         """The loaded model, loading it if needed (after making room under the resident limit)."""
         settings = self.host.settings
         entry = self._entry(model or settings.engine(self.engine_id, "model"))
+        local = self._local_folder(entry)
         variant = variant or settings.engine(self.engine_id, "variant")
         merged = {**settings.engine(self.engine_id, "options", {}), **(options or {})}
         with self._lock:
@@ -187,6 +189,7 @@ class LocalEngine:
                 variant,
                 choice.dtype,
                 json.dumps(merged, sort_keys=True, default=repr),
+                local,  # engines.<id>.model_dir: another folder is another model
             )
             # One LocalModel per key for as long as anyone holds it: a caller's unloaded
             # handle and a new load of the same model are the same object.
@@ -196,7 +199,7 @@ class LocalEngine:
                     entry.id,
                     self.device,
                     choice.dtype,
-                    model_dir(entry, self.engine_id, model_cache(settings)),
+                    model_dir(entry, self.engine_id, model_cache(settings), local),
                     variant,
                     merged,
                 )
@@ -298,6 +301,15 @@ class LocalEngine:
                         loaded.unload()
                     unloaded.append(target.name)
         return unloaded
+
+    def _local_folder(self, entry: ModelEntry) -> Path | None:
+        """The folder of ``engines.<id>.model_dir`` when ``entry`` is the engine's current model
+        (the one its ``model`` setting names, else its first); None otherwise."""
+        settings = self.host.settings
+        folder = settings.engine(self.engine_id, "model_dir")
+        if folder is None or self._entry(settings.engine(self.engine_id, "model")) != entry:
+            return None
+        return Path(folder)
 
     def _entry(self, model: str | None) -> ModelEntry:
         try:

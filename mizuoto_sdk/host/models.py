@@ -63,7 +63,7 @@ class ModelStatus:
 
     engine: str
     model: str
-    source: str  # package, folder, hub, url or none
+    source: str  # package, folder, hub, url, none, or local (the setting engines.<id>.model_dir)
     state: State
     folder: Path | None
     size: int  # bytes declared by the manifest's files
@@ -113,10 +113,31 @@ class ModelStore:
         state: State = "corrupt" if problems else "installed"
         return ModelStatus(engine_id, entry.id, kind, state, folder, size, problems)
 
-    def require(self, engine_id: str, entry: ModelEntry) -> Path | None:
+    @staticmethod
+    def local(engine_id: str, entry: ModelEntry, folder: Path) -> ModelStatus:
+        """``entry`` read from a folder of the user's (``engines.<id>.model_dir``): installed when
+        the folder holds every one of the entry's ``required_files``; sha256s are not checked,
+        since a fine-tuned copy differs from the declared files."""
+        if not folder.is_dir():
+            problem = f"{folder} is not a folder (the setting engines.{engine_id}.model_dir)"
+            return ModelStatus(engine_id, entry.id, "local", "missing", folder, 0, (problem,))
+        missing = [name for name in entry.required_files if not (folder / name).is_file()]
+        if missing:
+            problem = f"{folder} lacks {', '.join(missing)} (engines.{engine_id}.model_dir)"
+            return ModelStatus(engine_id, entry.id, "local", "missing", folder, 0, (problem,))
+        size = sum((folder / name).stat().st_size for name in entry.required_files)
+        return ModelStatus(engine_id, entry.id, "local", "installed", folder, size)
+
+    def require(self, engine_id: str, entry: ModelEntry, local: Path | None = None) -> Path | None:
         """The model's folder for loading; ModelNotInstalled (naming the command that installs
         it) when its files are missing or their sizes are wrong. A package or folder that
-        declares no files is handed on unchecked (EngineUnavailable: its package is missing)."""
+        declares no files is handed on unchecked (EngineUnavailable: its package is missing).
+        ``local``: the folder of the setting ``engines.<id>.model_dir``, checked instead."""
+        if local is not None:
+            status = self.local(engine_id, entry, local)
+            if status.state != "installed":
+                raise _not_installed(status)
+            return local
         source = entry.source
         if isinstance(source, PackageSource | FolderSource) and not source.files:
             return self.folder(engine_id, entry)  # nothing declared to check: as before sources
@@ -215,6 +236,8 @@ def _not_installed(status: ModelStatus) -> ModelNotInstalled:
         fix = f"install it with: {pull_command(engine_id, model_id)}"
     elif status.source == "package":
         fix = "reinstall the package that provides it"
+    elif status.source == "local":
+        fix = f"point engines.{engine_id}.model_dir at a folder that holds the model's files"
     else:
         fix = f"put its files in {status.folder}"
     why = "; ".join(status.problems) or "its files are missing"

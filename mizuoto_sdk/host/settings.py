@@ -154,6 +154,9 @@ ENGINE_FIELDS: Mapping[str, Callable[[str, object], object]] = {
     "device": _device,
     "dtype": _dtype,
     "model": _string,
+    # a folder of the user's that the engine loads its current model from instead of the
+    # model's declared source (host/models.py checks it holds the model's required_files)
+    "model_dir": _folder,
     "variant": _string,
     "options": _mapping,
     "pinned": _boolean,

@@ -1,5 +1,6 @@
 """Declares engine ``fetched``: models ``url`` (from URLs), ``hub`` (Hub repository at a commit)
-and ``bundled`` (package resource with declared files)."""
+and ``bundled`` (package resource with declared files); ``hub`` names the files a local folder
+(``engines.fetched.model_dir``) must hold."""
 
 import os
 
@@ -26,7 +27,11 @@ def mizuoto_engines():
             implementation="mizuoto_fixture_models.engine:Fetched",
             models=[
                 ModelEntry("url", source=UrlSource(with_urls)),
-                ModelEntry("hub", source=HubSource(HUB_REPO, HUB_REVISION, files)),
+                ModelEntry(
+                    "hub",
+                    source=HubSource(HUB_REPO, HUB_REVISION, files),
+                    required_files=["config/model.json", "weights.bin"],
+                ),
                 ModelEntry(
                     "bundled",
                     source=PackageSource("mizuoto_fixture_models:bundled", files[1:]),

@@ -15,7 +15,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from mizuoto_runtime.lm.config import QwenConfig
+from mizuoto_runtime.lm.config import DecoderConfig
 from mizuoto_runtime.lm.rope import RopeState
 from mizuoto_sdk.errors import InvalidRequest
 
@@ -47,7 +47,7 @@ class DynamicCache:
 
     static: Literal[False] = False  # a Literal, so `cache.static` tells the two apart
 
-    def __init__(self, config: QwenConfig, reserve: int = 0) -> None:
+    def __init__(self, config: DecoderConfig, reserve: int = 0) -> None:
         self._keys: list[Tensor | None] = [None] * config.num_hidden_layers
         self._values: list[Tensor | None] = [None] * config.num_hidden_layers
         self.reserve = reserve  # tokens to make room for on the first write
@@ -111,7 +111,7 @@ class BufferCache:
 
     def __init__(
         self,
-        config: QwenConfig,
+        config: DecoderConfig,
         batch: int,
         max_length: int,
         *,

@@ -1,11 +1,13 @@
-"""The architecture of a Qwen2 / Qwen3 checkpoint, read from its config.json as transformers does.
+"""The architecture of a Qwen2, Qwen3 or Llama checkpoint, read from its config.json as transformers
+reads it.
 
 transformers 5.24 fills in defaults in ways that change the numbers: Qwen3's ``head_dim`` defaults
-to 128 (not hidden_size // heads), ``rope_scaling`` (4.x) and ``rope_parameters`` (5.x) are the
-same field, ``rope_theta`` may sit beside them, and yarn's ``original_max_position_embeddings``
-defaults to ``max_position_embeddings``. Everything is resolved here, once, into a frozen value;
-anything QwenDecoder cannot compute exactly as upstream does is an ``UnsupportedModel`` naming the
-field, raised before a tensor is allocated.
+to 128 (not hidden_size // heads, which Qwen2 and Llama use), ``rope_scaling`` (4.x) and
+``rope_parameters`` (5.x) are the same field, ``rope_theta`` may sit beside them, and yarn's and
+llama3's ``original_max_position_embeddings`` default to ``max_position_embeddings``. The families
+differ only in which projections carry a bias and in Qwen3's per-head q/k norms, so one frozen
+value describes all three; anything CausalDecoder cannot compute exactly as upstream does is an
+``UnsupportedModel`` naming the field, raised before a tensor is allocated.
 """
 
 from __future__ import annotations
@@ -19,14 +21,32 @@ import attrs
 
 from mizuoto_sdk.errors import EngineUnavailable
 
-__all__ = ["QwenConfig", "RopeParameters", "UnsupportedModel"]
+__all__ = ["FAMILIES", "DecoderConfig", "QwenConfig", "RopeParameters", "UnsupportedModel"]
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn")
-_FAMILIES = ("qwen2", "qwen3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+
+@attrs.frozen
+class _Family:
+    """What a family's config class defaults to where config.json is silent."""
+
+    vocab_size: int
+    intermediate_size: int
+    max_position_embeddings: int
+    head_dim: int | None  # None: hidden_size // num_attention_heads
+    eos_token_id: int | None
+
+
+FAMILIES: Mapping[str, _Family] = {
+    "qwen2": _Family(151936, 22016, 32768, None, None),
+    "qwen3": _Family(151936, 22016, 32768, 128, None),
+    "llama": _Family(32000, 11008, 2048, None, 2),
+}
+"""The ``model_type`` values CausalDecoder reproduces, with their config classes' defaults."""
 
 
 class UnsupportedModel(EngineUnavailable, ValueError):
-    """A config that QwenDecoder cannot reproduce bit for bit; ``field`` names what is wrong.
+    """A config that CausalDecoder cannot reproduce bit for bit; ``field`` names what is wrong.
 
     The model, not the request, is at fault: the host reports ``engine_unavailable`` with the
     config key in ``detail["key"]``; ``ValueError`` stays a base for library code.
@@ -54,11 +74,18 @@ class RopeParameters:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    low_freq_factor: float | None = None  # llama3
+    high_freq_factor: float | None = None  # llama3
 
 
 @attrs.frozen(kw_only=True)
-class QwenConfig:
-    """One Qwen2 or Qwen3 decoder, with transformers' field names and its resolved defaults."""
+class DecoderConfig:
+    """One Qwen2, Qwen3 or Llama decoder, with transformers' field names and resolved defaults.
+
+    The family shows in three switches: ``qkv_bias`` / ``o_bias`` (Qwen2: q/k/v only; Qwen3 and
+    Llama: all four when ``attention_bias``), ``mlp_bias`` (Llama's ``mlp_bias``) and ``qk_norm``
+    (Qwen3's per-head RMSNorm on queries and keys).
+    """
 
     model_type: str
     vocab_size: int
@@ -73,6 +100,7 @@ class QwenConfig:
     tie_word_embeddings: bool = False
     qkv_bias: bool = True
     o_bias: bool = False
+    mlp_bias: bool = False
     qk_norm: bool = False
     rope: RopeParameters = RopeParameters()
     pad_token_id: int | None = None
@@ -84,14 +112,15 @@ class QwenConfig:
         return self.num_attention_heads // self.num_key_value_heads
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, object]) -> QwenConfig:
-        """Resolve a config.json mapping as ``Qwen2Config`` / ``Qwen3Config`` (5.24) would."""
+    def from_dict(cls, raw: Mapping[str, object]) -> DecoderConfig:
+        """Resolve a config.json mapping as ``Qwen2Config`` / ``Qwen3Config`` / ``LlamaConfig``
+        (5.24) would; also a sub-config (a dict with ``model_type`` set to a family)."""
         family = raw.get("model_type")
-        if family not in _FAMILIES:
+        if not isinstance(family, str) or family not in FAMILIES:
             raise UnsupportedModel(
-                "model_type", f"expected one of {', '.join(_FAMILIES)}, got {family!r}"
+                "model_type", f"expected one of {', '.join(FAMILIES)}, got {family!r}"
             )
-        qwen3 = family == "qwen3"
+        defaults = FAMILIES[family]
         hidden = _int(raw, "hidden_size", 4096)
         heads = _int(raw, "num_attention_heads", 32)
         kv_heads = raw.get("num_key_value_heads")
@@ -100,37 +129,41 @@ class QwenConfig:
             raise UnsupportedModel(
                 "num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={heads}"
             )
-        head_dim = raw.get("head_dim", 128 if qwen3 else hidden // heads)
+        head_dim = raw.get("head_dim")
+        if head_dim is None:
+            head_dim = defaults.head_dim or hidden // heads
         if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
             raise UnsupportedModel("head_dim", f"expected an integer > 0, got {head_dim!r}")
         activation = raw.get("hidden_act", "silu")
         if activation != "silu":
             raise UnsupportedModel("hidden_act", f"only 'silu' is implemented, got {activation!r}")
         _check_full_attention(raw)
-        bias = bool(raw.get("attention_bias", False)) if qwen3 else True
-        eos = raw.get("eos_token_id")
+        bias = bool(raw.get("attention_bias", False))
+        eos = raw.get("eos_token_id", defaults.eos_token_id)
+        longest = _int(raw, "max_position_embeddings", defaults.max_position_embeddings)
         return cls(
-            model_type=str(family),
-            vocab_size=_int(raw, "vocab_size", 151936),
+            model_type=family,
+            vocab_size=_int(raw, "vocab_size", defaults.vocab_size),
             hidden_size=hidden,
-            intermediate_size=_int(raw, "intermediate_size", 22016),
+            intermediate_size=_int(raw, "intermediate_size", defaults.intermediate_size),
             num_hidden_layers=_int(raw, "num_hidden_layers", 32),
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
             head_dim=head_dim,
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),  # type: ignore[arg-type]
-            max_position_embeddings=_int(raw, "max_position_embeddings", 32768),
+            max_position_embeddings=longest,
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            qkv_bias=bias,
-            o_bias=bias and qwen3,
-            qk_norm=qwen3,
-            rope=_rope_parameters(raw, head_dim),
+            qkv_bias=True if family == "qwen2" else bias,
+            o_bias=False if family == "qwen2" else bias,
+            mlp_bias=family == "llama" and bool(raw.get("mlp_bias", False)),
+            qk_norm=family == "qwen3",
+            rope=_rope_parameters(raw, head_dim, longest),
             pad_token_id=raw.get("pad_token_id"),  # type: ignore[arg-type]
             eos_token_id=() if eos is None else tuple(eos) if isinstance(eos, list) else (eos,),  # type: ignore[arg-type]
         )
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | PathLike[str]) -> QwenConfig:
+    def from_pretrained(cls, model_dir: str | PathLike[str]) -> DecoderConfig:
         """Read ``config.json`` from a directory written by ``save_pretrained``."""
         path = Path(model_dir) / "config.json"
         try:
@@ -138,6 +171,10 @@ class QwenConfig:
         except (OSError, ValueError) as error:
             raise UnsupportedModel("config.json", f"cannot read {path}: {error}") from error
         return cls.from_dict(raw)
+
+
+QwenConfig = DecoderConfig
+"""The name engines built on Qwen use; the same class."""
 
 
 def _int(raw: Mapping[str, object], field: str, default: int) -> int:
@@ -156,13 +193,22 @@ def _check_full_attention(raw: Mapping[str, object]) -> None:
         )
 
 
-def _rope_parameters(raw: Mapping[str, object], head_dim: int) -> RopeParameters:
+def _number(params: Mapping[str, object], key: str, rope_type: str) -> float:
+    value = params.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise UnsupportedModel(
+            f"rope_parameters.{key}", f"{rope_type} RoPE needs a number, got {value!r}"
+        )
+    return float(value)
+
+
+def _rope_parameters(raw: Mapping[str, object], head_dim: int, longest: int) -> RopeParameters:
     # convert_rope_params_to_dict + standardize_rope_params, for a flat (one-for-all) dict.
     found = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
     if not isinstance(found, Mapping):
         raise UnsupportedModel("rope_parameters", f"expected a mapping, got {found!r}")
     params = dict(found)
-    if "full_attention" in params:  # nested by layer type; every Qwen layer is full attention
+    if "full_attention" in params:  # nested by layer type; every layer here is full attention
         params = dict(params["full_attention"] or {})
     params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
     if raw.get("partial_rotary_factor") is not None:
@@ -176,20 +222,19 @@ def _rope_parameters(raw: Mapping[str, object], head_dim: int) -> RopeParameters
     if params.get("partial_rotary_factor", 1.0) != 1.0:
         raise UnsupportedModel(
             "rope_parameters.partial_rotary_factor",
-            "Qwen rotates the whole head; partial rotary factors are not implemented",
+            "these decoders rotate the whole head; partial rotary factors are not implemented",
         )
-    if rope_type in ("linear", "dynamic") and not isinstance(params.get("factor"), (int, float)):
-        raise UnsupportedModel(
-            "rope_parameters.factor",
-            f"{rope_type} RoPE needs a number, got {params.get('factor')!r}",
-        )
+    if rope_type in ("linear", "dynamic", "llama3"):
+        _number(params, "factor", rope_type)
+    low = high = None
+    if rope_type == "llama3":
+        low = _number(params, "low_freq_factor", rope_type)
+        high = _number(params, "high_freq_factor", rope_type)
     original = None
-    if rope_type == "yarn":
+    if rope_type in ("yarn", "llama3"):  # a top-level value wins, as upstream's Phi3 exception
         original = raw.get("original_max_position_embeddings")
         if original is None:
-            original = params.get(
-                "original_max_position_embeddings", raw.get("max_position_embeddings", 32768)
-            )
+            original = params.get("original_max_position_embeddings", longest)
     if head_dim % 2:
         raise UnsupportedModel("head_dim", f"RoPE needs an even head_dim, got {head_dim}")
     factor = params.get("factor")
@@ -204,4 +249,6 @@ def _rope_parameters(raw: Mapping[str, object], head_dim: int) -> RopeParameters
         mscale=params.get("mscale"),
         mscale_all_dim=params.get("mscale_all_dim"),
         truncate=bool(params.get("truncate", True)),
+        low_freq_factor=low,
+        high_freq_factor=high,
     )

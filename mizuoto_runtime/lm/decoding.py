@@ -23,7 +23,7 @@ from torch import Tensor
 from mizuoto_runtime.accel.compile import Compiled
 from mizuoto_runtime.context import RequestContext, current_context
 from mizuoto_runtime.lm.cache import BufferCache, DynamicCache
-from mizuoto_runtime.lm.decoder import QwenDecoder
+from mizuoto_runtime.lm.decoder import CausalDecoder
 from mizuoto_runtime.lm.steps import DecoderSteps, eager_reason
 from mizuoto_runtime.sampling import SamplingParams, hf_sample, leading_padding
 
@@ -42,7 +42,7 @@ class Step(NamedTuple):
 
 
 def decode(
-    decoder: QwenDecoder | Compiled,
+    decoder: CausalDecoder | Compiled,
     input_ids: Tensor,
     params: SamplingParams = GREEDY,
     *,
@@ -138,7 +138,7 @@ def decode(
 
 
 def _cache_for(
-    decoder: QwenDecoder | Compiled,
+    decoder: CausalDecoder | Compiled,
     kind: str | Cache | None,
     ctx: RequestContext | None,
     rows: int,
@@ -155,7 +155,7 @@ def _cache_for(
 
 
 def _graph_steps(
-    decoder: QwenDecoder | Compiled,
+    decoder: CausalDecoder | Compiled,
     cache: Cache,
     params: SamplingParams,
     generator: torch.Generator | None,

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from mizuoto_runtime.accel.compile import Compiled
-from mizuoto_runtime.lm.decoder import QwenDecoder
+from mizuoto_runtime.lm.decoder import CausalDecoder
 from mizuoto_runtime.lm.decoding import GREEDY, Cache, decode
 from mizuoto_runtime.sampling import SamplingParams
 
@@ -33,7 +33,7 @@ class Generation:
 
 
 def generate(
-    decoder: QwenDecoder | Compiled,
+    decoder: CausalDecoder | Compiled,
     input_ids: Tensor,
     params: SamplingParams = GREEDY,
     *,

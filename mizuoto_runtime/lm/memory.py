@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 import torch
 
-from mizuoto_runtime.lm.config import QwenConfig
+from mizuoto_runtime.lm.config import DecoderConfig
 
 __all__ = ["measure_peak_bytes", "peak_bytes"]
 
@@ -54,7 +54,7 @@ def _round_up(value: int, block: int) -> int:
 
 
 def peak_bytes(
-    config: QwenConfig,
+    config: DecoderConfig,
     batch: int,
     seq: int,
     *,
@@ -97,7 +97,7 @@ class _Shape:
 
     def __init__(
         self,
-        config: QwenConfig,
+        config: DecoderConfig,
         batch: int,
         seq: int,
         dtype: torch.dtype,

@@ -1,4 +1,4 @@
-"""Parity harness: run a ``save_pretrained`` Qwen2/Qwen3 directory through QwenDecoder.
+"""Parity harness: run a ``save_pretrained`` Qwen2/Qwen3/Llama directory through CausalDecoder.
 
     python -m mizuoto_runtime.lm.parity --model-dir DIR --input-ids 1,2,3 --json \\
         [--dtype float32|bfloat16] [--max-new-tokens N] [--kv-cache dynamic|static] \\
@@ -29,7 +29,7 @@ import torch
 
 from mizuoto_runtime.context import RequestContext
 from mizuoto_runtime.lm.config import UnsupportedModel
-from mizuoto_runtime.lm.decoder import QwenDecoder
+from mizuoto_runtime.lm.decoder import CausalDecoder
 from mizuoto_runtime.lm.generate import generate
 from mizuoto_runtime.sampling import InvalidSamplingParams, SamplingParams
 from mizuoto_runtime.weights.loading import CheckpointError, LoadError
@@ -52,7 +52,9 @@ _FROM_GENERATION_CONFIG = (
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m mizuoto_runtime.lm.parity",
-        description="Run a transformers Qwen2/Qwen3 save_pretrained directory through QwenDecoder.",
+        description=(
+            "Run a transformers Qwen2/Qwen3/Llama save_pretrained directory through CausalDecoder."
+        ),
     )
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--input-ids", required=True, help="comma-separated prompt token ids")
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     params = _sampling(args, defaults)
     pad = args.pad_token_id if args.pad_token_id is not None else defaults.get("pad_token_id")
     device = torch.device(args.device)
-    decoder = QwenDecoder.from_pretrained(args.model_dir, dtype=DTYPES[args.dtype], device=device)
+    decoder = CausalDecoder.from_pretrained(args.model_dir, dtype=DTYPES[args.dtype], device=device)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     ctx = RequestContext(seed=args.seed, settings={"compute.kv_cache": args.kv_cache})
     with ctx.bind(), torch.inference_mode():

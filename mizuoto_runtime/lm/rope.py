@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from mizuoto_runtime.lm.config import QwenConfig, UnsupportedModel
+from mizuoto_runtime.lm.config import DecoderConfig, UnsupportedModel
 
 __all__ = [
     "RopeState",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def _factor(config: QwenConfig) -> float:
+def _factor(config: DecoderConfig) -> float:
     factor = config.rope.factor
     if factor is None:  # from_dict requires one for linear and dynamic RoPE
         raise UnsupportedModel(
@@ -42,13 +42,13 @@ def _factor(config: QwenConfig) -> float:
     return factor
 
 
-def _default(config: QwenConfig) -> tuple[Tensor, float]:
+def _default(config: DecoderConfig) -> tuple[Tensor, float]:
     base, dim = config.rope.rope_theta, config.head_dim
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
     return inv_freq, 1.0
 
 
-def _linear(config: QwenConfig) -> tuple[Tensor, float]:
+def _linear(config: DecoderConfig) -> tuple[Tensor, float]:
     base, dim = config.rope.rope_theta, config.head_dim
     steps = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float)
     inv_freq = 1.0 / (base ** (steps / dim))
@@ -57,7 +57,7 @@ def _linear(config: QwenConfig) -> tuple[Tensor, float]:
 
 
 def _dynamic(
-    config: QwenConfig, seq_len: int | Tensor | None = None, device: torch.device | None = None
+    config: DecoderConfig, seq_len: int | Tensor | None = None, device: torch.device | None = None
 ) -> tuple[Tensor, float]:
     base, dim, factor = config.rope.rope_theta, config.head_dim, _factor(config)
     longest = config.max_position_embeddings
@@ -75,7 +75,7 @@ def _dynamic(
     return 1.0 / (scaled ** (steps / dim)), 1.0
 
 
-def _yarn(config: QwenConfig) -> tuple[Tensor, float]:
+def _yarn(config: DecoderConfig) -> tuple[Tensor, float]:
     rope = config.rope
     base, dim = rope.rope_theta, config.head_dim
     original = rope.original_max_position_embeddings
@@ -120,7 +120,30 @@ def _yarn(config: QwenConfig) -> tuple[Tensor, float]:
     return inv_freq, attention_factor
 
 
-def inv_frequencies(config: QwenConfig) -> tuple[Tensor, float]:
+def _llama3(config: DecoderConfig) -> tuple[Tensor, float]:
+    # Llama 3.1: long wavelengths divided by factor, short ones kept, a smooth ramp between.
+    rope = config.rope
+    base, dim = rope.rope_theta, config.head_dim
+    factor, low, high = _factor(config), rope.low_freq_factor, rope.high_freq_factor
+    original = rope.original_max_position_embeddings
+    if low is None or high is None or original is None:  # from_dict always sets them for llama3
+        raise UnsupportedModel(
+            "rope_parameters.low_freq_factor",
+            "llama3 RoPE needs low_freq_factor, high_freq_factor and "
+            "original_max_position_embeddings",
+        )
+    steps = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float)
+    inv_freq = 1.0 / (base ** (steps / dim))
+    low_wavelength, high_wavelength = original / low, original / high
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > low_wavelength, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelength < high_wavelength) * ~(wavelength > low_wavelength)
+    return torch.where(medium, smoothed, scaled), 1.0
+
+
+def inv_frequencies(config: DecoderConfig) -> tuple[Tensor, float]:
     """``(inv_freq [head_dim / 2] float32 on CPU, attention_scaling)`` at construction time."""
     kind = config.rope.rope_type
     if kind == "linear":
@@ -129,6 +152,8 @@ def inv_frequencies(config: QwenConfig) -> tuple[Tensor, float]:
         return _dynamic(config)
     if kind == "yarn":
         return _yarn(config)
+    if kind == "llama3":
+        return _llama3(config)
     return _default(config)
 
 
@@ -196,7 +221,7 @@ class RotaryEmbedding(nn.Module):
 
     inv_freq: Tensor
 
-    def __init__(self, config: QwenConfig, device: torch.device | str | None = None) -> None:
+    def __init__(self, config: DecoderConfig, device: torch.device | str | None = None) -> None:
         super().__init__()
         self.config = config
         inv_freq, self.attention_scaling = inv_frequencies(config)

@@ -1,4 +1,4 @@
-"""A Qwen decoder's decode step captured as CUDA graphs (``accel.graphs.Graphs``).
+"""A decoder's decode step captured as CUDA graphs (``accel.graphs.Graphs``).
 
 ``DecoderSteps`` captures the whole step, sampling included when the sampling params allow it;
 ``LayerSteps`` captures each layer on its own, for engines that run something between layers.
@@ -16,7 +16,7 @@ from torch import Tensor
 from mizuoto_runtime.accel.compile import Compiled
 from mizuoto_runtime.accel.graphs import Graphs
 from mizuoto_runtime.lm.cache import BufferCache
-from mizuoto_runtime.lm.decoder import DecoderLayer, QwenDecoder, layer_forward
+from mizuoto_runtime.lm.decoder import CausalDecoder, DecoderLayer, layer_forward
 from mizuoto_runtime.lm.rope import Rotary
 from mizuoto_runtime.sampling import SamplingParams, hf_sample
 
@@ -38,7 +38,7 @@ def graph_safe(params: SamplingParams) -> bool:
     )
 
 
-def eager_reason(decoder: QwenDecoder | Compiled, cache: object) -> str | None:
+def eager_reason(decoder: CausalDecoder | Compiled, cache: object) -> str | None:
     """Why ``decoder``'s decode step over ``cache`` cannot be captured on any device, or None.
 
     The one list of these checks: the decode loop asks it before it builds ``DecoderSteps``
@@ -96,7 +96,7 @@ class _Held:
 
 
 class DecoderSteps:
-    """A QwenDecoder's decode step over a BufferCache as one CUDA graph per batch size.
+    """A CausalDecoder's decode step over a BufferCache as one CUDA graph per batch size.
 
     ``steps(tokens [B, 1], positions [B, 1], padding [B, max_length] or None)`` returns the step's
     float32 logits [B, V] (the first ``vocab`` of them when given) and, when ``params`` are
@@ -108,7 +108,7 @@ class DecoderSteps:
 
     def __init__(
         self,
-        decoder: QwenDecoder | Compiled,
+        decoder: CausalDecoder | Compiled,
         cache: BufferCache,
         *,
         params: SamplingParams | None = None,
@@ -176,7 +176,7 @@ class LayerSteps:
     on the BufferCache and returns the hidden state; the caller advances the cache.
     """
 
-    def __init__(self, decoder: QwenDecoder, cache: BufferCache, *, enabled: bool = True) -> None:
+    def __init__(self, decoder: CausalDecoder, cache: BufferCache, *, enabled: bool = True) -> None:
         config = decoder.config
         weights = [cast(DecoderLayer, layer).weights() for layer in decoder.model.layers]
         pool = torch.cuda.graph_pool_handle() if enabled and decoder.device.type == "cuda" else None

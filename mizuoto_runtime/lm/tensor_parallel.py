@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mizuoto_runtime import ops
-from mizuoto_runtime.lm.config import QwenConfig
+from mizuoto_runtime.lm.config import DecoderConfig
 from mizuoto_sdk.errors import InvalidRequest
 
 __all__ = [
@@ -241,10 +241,10 @@ class TensorParallelLayer:
     def attention_out(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return row_parallel_linear(x, weight, bias, self.groups, self.attention)
 
-    def mlp_out(self, x: Tensor, weight: Tensor) -> Tensor:
-        return row_parallel_linear(x, weight, None, self.groups, self.dense)
+    def mlp_out(self, x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        return row_parallel_linear(x, weight, bias, self.groups, self.dense)
 
-    def local(self, config: QwenConfig) -> QwenConfig:
+    def local(self, config: DecoderConfig) -> DecoderConfig:
         """``config`` as this rank's layers hold it: its share of the heads."""
         tp = self.groups.size(self.attention)
         heads, kv_heads = config.num_attention_heads // tp, config.num_key_value_heads // tp
@@ -252,7 +252,7 @@ class TensorParallelLayer:
 
     @classmethod
     def of(
-        cls, groups: TensorParallelGroups | None, config: QwenConfig
+        cls, groups: TensorParallelGroups | None, config: DecoderConfig
     ) -> TensorParallelLayer | None:
         """The layer's sums, or None when neither group is split (the plain forward, bit for bit).
 

@@ -270,10 +270,10 @@ def test_sampling_without_a_generator_or_context_is_refused(tmp_path: Path):
 
 
 UNSUPPORTED = {
-    "model_type": {"model_type": "llama"},
+    "model_type": {"model_type": "gemma"},
     "hidden_act": {"hidden_act": "gelu"},
     "use_sliding_window": {"use_sliding_window": True},
-    "rope_parameters.rope_type": {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+    "rope_parameters.rope_type": {"rope_scaling": {"rope_type": "longrope", "factor": 8.0}},
     "rope_parameters.partial_rotary_factor": {"partial_rotary_factor": 0.5},
     "num_key_value_heads": {"num_key_value_heads": 3},
 }

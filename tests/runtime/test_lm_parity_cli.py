@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from mizuoto_runtime.lm.parity import main
 
@@ -132,8 +139,43 @@ def test_generation_config_supplies_unset_flags(tmp_path, capsys):
     assert result["sequence"] == expected[0].tolist()
 
 
+def test_a_llama_checkpoint_runs_as_transformers_runs_it(tmp_path, capsys):
+    config = LlamaConfig(
+        vocab_size=60,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        mlp_bias=True,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+        max_position_embeddings=64,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(2)
+        model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(tmp_path)
+    argv = ("--model-dir", str(tmp_path), "--input-ids", "4,9,2,33", "--seed", "5")
+    result = harness(capsys, *argv, "--do-sample", "--top-k", "20", "--max-new-tokens", "8")
+    with torch.random.fork_rng(), torch.no_grad():
+        torch.manual_seed(5)
+        expected = model.generate(
+            torch.tensor([[4, 9, 2, 33]]), do_sample=True, top_k=20, max_new_tokens=8
+        )
+    assert result["model_type"] == "llama"
+    assert result["sequence"] == expected[0].tolist()
+
+
 def test_an_unsupported_checkpoint_is_a_json_error(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gemma"}))
     assert main(["--model-dir", str(tmp_path), "--input-ids", "1", "--json"]) == 2
     error = json.loads(capsys.readouterr().out)
     assert error["error"] == "UnsupportedModel" and "model_type" in error["message"]

@@ -1,0 +1,1 @@
+"""MMS-TTS (VITS) as a Mizuoto engine: see docs/engines/vits.md."""

@@ -1,0 +1,79 @@
+"""VITS's waveform decoder: the HiFi-GAN generator as VITS uses it, latents in, audio out.
+
+It differs from the runtime's ``SpeechT5HifiGan`` (``mizuoto_runtime.nn.hifigan``) in what goes
+in and out, not in its residual blocks, which it borrows from there: the input is the flow's
+latents ``[B, flow_size, frames]`` (no mean/scale normalisation), a speaker embedding may be
+added after the first conv (``cond``), and the last conv has no bias. Parameter names are
+transformers' ``VitsHifiGan``'s; float32 on the CPU equals it bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mizuoto_engine_vits.config import VitsConfig
+from mizuoto_runtime.nn.hifigan import HifiGanResidualBlock
+from mizuoto_runtime.ops import default
+
+
+class VitsHifiGan(nn.Module):
+    """Latents ``[B, flow_size, frames]`` -> waveform ``[B, 1, frames * hop_length]`` in [-1, 1]."""
+
+    def __init__(self, config: VitsConfig, **factory: Any) -> None:
+        super().__init__()
+        self.slope = config.leaky_relu_slope
+        self.num_kernels = len(config.resblock_kernel_sizes)
+        channels = config.upsample_initial_channel
+        self.conv_pre = default.Conv1d(config.flow_size, channels, 7, padding=3, **factory)
+        self.upsampler = nn.ModuleList(
+            default.ConvTranspose1d(
+                channels >> i,
+                channels >> (i + 1),
+                k,
+                stride=rate,
+                padding=(k - rate) // 2,
+                **factory,
+            )
+            for i, (rate, k) in enumerate(
+                zip(config.upsample_rates, config.upsample_kernel_sizes, strict=True)
+            )
+        )
+        self.resblocks = nn.ModuleList(
+            HifiGanResidualBlock(channels >> (i + 1), k, d, config.leaky_relu_slope, **factory)
+            for i in range(len(self.upsampler))
+            for k, d in zip(
+                config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=True
+            )
+        )
+        last = channels >> len(self.upsampler)
+        self.conv_post = default.Conv1d(last, 1, 7, padding=3, bias=False, **factory)
+        if config.speaker_embedding_size != 0:
+            self.cond = default.Conv1d(config.speaker_embedding_size, channels, 1, **factory)
+
+    def execution_order(self) -> list[nn.Module]:
+        """Each upsampler, then its stage's residual blocks: the order they run in."""
+        order: list[nn.Module] = []
+        k = self.num_kernels
+        for i, up in enumerate(self.upsampler):
+            order.append(up)
+            order.extend(self.resblocks[i * k : (i + 1) * k])
+        return order
+
+    def forward(self, latents: Tensor, speaker: Tensor | None) -> Tensor:
+        x = self.conv_pre(latents)
+        if speaker is not None:
+            x = x + self.cond(speaker)
+        k = self.num_kernels
+        for i, up in enumerate(self.upsampler):
+            x = up(F.leaky_relu(x, self.slope))  # [B, C / 2, frames * rate]
+            blocks = self.resblocks[i * k : (i + 1) * k]
+            total = blocks[0](x)
+            for block in blocks[1:]:
+                total += block(x)
+            x = total / k
+        # The last activation uses torch's default slope (0.01), as upstream's does.
+        return torch.tanh(self.conv_post(F.leaky_relu(x)))

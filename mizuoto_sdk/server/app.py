@@ -31,6 +31,7 @@ from mizuoto_sdk.host import EngineRequest, RuntimeService
 from mizuoto_sdk.server.access import Access
 from mizuoto_sdk.server.answers import answer_class, jsonable, public_error
 from mizuoto_sdk.server.limits import REQUEST_TIMEOUT, BodyLimit
+from mizuoto_sdk.server.openai_api import openai_routes
 from mizuoto_sdk.server.outcomes import Outcomes
 from mizuoto_sdk.server.stream import Feeds, WavStream, first_chunk
 
@@ -136,6 +137,7 @@ def create_app(
     app.state.feeds = Feeds()
     _errors(app, answer)
     _routes(app, service, version, voices, app.state.feeds)
+    app.include_router(openai_routes(service, app.state.feeds, voices, STATUS))
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
 

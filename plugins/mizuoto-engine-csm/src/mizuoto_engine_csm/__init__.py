@@ -1,0 +1,1 @@
+"""Sesame CSM (transformers' CsmForConditionalGeneration), built from mizuoto_runtime."""

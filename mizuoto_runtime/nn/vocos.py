@@ -99,6 +99,12 @@ class VocosConfig:
         _check_transforms(out)
         return out
 
+    @property
+    def shortest_mel(self) -> int:
+        """The fewest frames the head inverts: ``torch.istft`` with ``center`` returns
+        ``(frames - 1) * hop_length`` samples, none for one frame (upstream then fails)."""
+        return 2 if self.padding == "center" else 1
+
 
 _PARTS = ("feature_extractor", "backbone", "head")
 _PADDINGS = ("center", "same")
@@ -284,7 +290,11 @@ class Vocos(nn.Module):
     def __init__(self, config: VocosConfig, **factory: Any) -> None:
         super().__init__()
         self.config = config
-        self.feature_extractor = MelSpectrogramFeatures(config, **factory)
+        # Always float32: torch's CPU FFT has no bfloat16 (upstream's features fail there), and
+        # the filter bank would lose its precision; the mel is cast as the vocoder takes it.
+        self.feature_extractor = MelSpectrogramFeatures(
+            config, **{**factory, "dtype": torch.float32}
+        )
         self.backbone = VocosBackbone(config, **factory)
         self.head = ISTFTHead(config, **factory)
 
@@ -326,27 +336,34 @@ class VocosVocoder:
                 f"mel: expected [batch, {channels}, frames] or [{channels}, frames], got "
                 f"{list(mel.shape)}"
             )
-        if mel.shape[-1] < 1:
-            raise ValueError("mel: expected at least one frame, got 0")
-        return self._run(self.module, mel, batched=mel.dim() == 3)
+        shortest = self.config.shortest_mel
+        if mel.shape[-1] < shortest:
+            raise ValueError(
+                f"mel: expected at least {shortest} frame(s) with padding "
+                f"{self.config.padding!r}, got {mel.shape[-1]}"
+            )
+        return self._run(self.module, mel, self.dtype, batched=mel.dim() == 3)
 
     def features(self, audio: Tensor) -> Tensor:
-        """``MelSpectrogramFeatures(audio)``: ``[B, T]`` -> ``[B, n_mels, frames]``."""
+        """``MelSpectrogramFeatures(audio)``: ``[B, T]`` -> ``[B, n_mels, frames]``, always in
+        float32 (upstream's float32 bits, whatever the vocoder's dtype)."""
         _float(audio, "audio")
         if audio.dim() not in (1, 2):
             raise ValueError(
                 f"audio: expected [batch, samples] or [samples], got {list(audio.shape)}"
             )
-        # Reflect padding needs more samples than it pads.
-        shortest = (self.config.feature_n_fft - self.config.feature_hop_length) // 2 + 1
-        if self.config.feature_padding == "center":
-            shortest = self.config.feature_n_fft // 2 + 1
+        # Reflect padding needs more samples than it pads, and a frame must fit after it.
+        n_fft, pad = self.config.feature_n_fft, self.config.feature_n_fft // 2
+        if self.config.feature_padding == "same":
+            pad = (n_fft - self.config.feature_hop_length) // 2
+        shortest = max(pad + 1, n_fft - 2 * pad)
         if audio.shape[-1] < shortest:
             raise ValueError(f"audio: expected at least {shortest} samples, got {audio.shape[-1]}")
-        return self._run(self.module.feature_extractor, audio, batched=audio.dim() == 2)
+        features = self.module.feature_extractor
+        return self._run(features, audio, torch.float32, batched=audio.dim() == 2)
 
-    def _run(self, module: nn.Module, x: Tensor, *, batched: bool) -> Tensor:
-        x = x.to(device=self.device, dtype=self.dtype)
+    def _run(self, module: nn.Module, x: Tensor, dtype: torch.dtype, *, batched: bool) -> Tensor:
+        x = x.to(device=self.device, dtype=dtype)
         with torch.inference_mode():
             out = module(x if batched else x.unsqueeze(0))
         return out if batched else out[0]

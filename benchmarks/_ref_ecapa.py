@@ -312,6 +312,8 @@ def build(n_mels: int, seed: int = 0, **fields: Any) -> EcapaReference:
         with torch.no_grad():
             for module in model.modules():
                 if isinstance(module, nn.BatchNorm1d):
+                    assert module.running_mean is not None and module.running_var is not None
+                    assert module.num_batches_tracked is not None
                     module.weight.uniform_(0.5, 1.5)
                     module.bias.normal_(0.0, 0.1)
                     module.running_mean.normal_(0.0, 0.1)

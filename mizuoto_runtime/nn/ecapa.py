@@ -23,6 +23,7 @@ in float32 the casts are no-ops, in bfloat16 they keep the reductions over time 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -297,7 +298,7 @@ class SpeakerEncoder:
     def dtype(self) -> torch.dtype:
         return self.module.fc.conv.weight.dtype
 
-    def __call__(self, features: Tensor, lengths: Tensor | None = None) -> Tensor:
+    def __call__(self, features: Tensor, lengths: Tensor | Sequence[float] | None = None) -> Tensor:
         size = self.config.input_size
         if not isinstance(features, Tensor) or not features.is_floating_point():
             raise ValueError(f"features: expected a floating-point tensor, got {_what(features)}")

@@ -25,6 +25,7 @@ from mizuoto_sdk.cli import (
     settings,
     synth,
     voice,
+    wyoming,
 )
 from mizuoto_sdk.cli.common import USAGE_CODES, Usage
 from mizuoto_sdk.errors import EngineError
@@ -53,7 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (engines, synth, convert, voice, runtime, settings, models, agent, serve):
+    for command in (
+        engines,
+        synth,
+        convert,
+        voice,
+        runtime,
+        settings,
+        models,
+        agent,
+        serve,
+        wyoming,
+    ):
         command.register(commands)
     for subparser in commands.choices.values():  # --debug after the command name works too
         subparser.add_argument(

@@ -1,7 +1,8 @@
-"""QwenDecoder split over two real gloo ranks (attention and dense TP = 2) against one rank.
+"""CausalDecoder split over two real gloo ranks (attention and dense TP = 2) against one rank.
 
 One spawn of two processes serves every assertion: each rank loads the same full checkpoint
-(Qwen2 with q/k/v biases, Qwen3 with q/k norms and an o_proj bias), runs the single-rank model
+(Qwen2 with q/k/v biases, Qwen3 with q/k norms and an o_proj bias, Llama with MLP biases, the
+row-parallel down_proj's added once after the sum), runs the single-rank model
 and the TP model on the same prompt, twice, and saves what it saw; the tests compare the records.
 Greedy tokens must be equal; logits differ only by the order the all-reduce sums partial
 products in (``LOGITS_ATOL``; 3.6e-7 at worst on these models); repeated TP runs are equal
@@ -49,6 +50,7 @@ BASE = {
 FAMILIES = {
     "qwen2": {**BASE, "model_type": "qwen2"},
     "qwen3": {**BASE, "model_type": "qwen3", "head_dim": 16, "attention_bias": True},
+    "llama": {**BASE, "model_type": "llama", "attention_bias": True, "mlp_bias": True},
 }
 TP2 = ParallelConfig(
     dense=DenseParallelConfig(tp_size=2), attention=AttentionParallelConfig(tp_size=2)

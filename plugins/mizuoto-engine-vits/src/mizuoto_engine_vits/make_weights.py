@@ -62,8 +62,8 @@ def write(
     tokenizer: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write config.json, model.safetensors, vocab.json and tokenizer_config.json into
-    ``out_dir``: ``TINY`` with ``overrides``, initialised by transformers after a seed that
-    ``torch.random.fork_rng`` keeps from the rest of the process."""
+    ``out_dir``: ``TINY`` with ``overrides``, its weights drawn by ``fill`` from a generator
+    seeded ``seed`` (the process's generators are neither read nor advanced)."""
     import torch
     from transformers import VitsConfig, VitsModel, VitsTokenizer
 
@@ -71,14 +71,43 @@ def write(
     out.mkdir(parents=True, exist_ok=True)
     vocab = {c: i for i, c in enumerate(characters)}
     config = VitsConfig(vocab_size=len(vocab), **{**TINY, **(overrides or {})})
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = VitsModel(config).eval()
+    # Built on meta, transformers' own initialisation draws nothing; fill() gives the values.
+    with torch.random.fork_rng(), torch.device("meta"):
+        model = VitsModel(config)
+    model = model.to_empty(device="cpu").eval()
+    fill(model, torch.Generator().manual_seed(seed))
     model.save_pretrained(out)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=2) + "\n")
     settings = {**TOKENIZER, **(tokenizer or {})}
     VitsTokenizer(str(out / "vocab.json"), **settings).save_pretrained(out)
     return out
+
+
+def fill(model: Any, generator: Any) -> None:
+    """Random values for every parameter of a transformers ``VitsModel``, from ``generator``:
+    matrices and kernels uniform within 1/sqrt(fan-in) (torch.nn's bound), embeddings standard
+    normal, layer norms one and zero, every other vector (biases, the duration flows' affine)
+    normal with deviation 0.1; each weight-norm magnitude is its direction's norm, so the
+    normalised weight is the direction."""
+    import torch
+    from torch import nn
+
+    with torch.no_grad():
+        for module in model.modules():
+            for name, param in module.named_parameters(recurse=False):
+                if isinstance(module, nn.LayerNorm):
+                    param.fill_(1.0 if name == "weight" else 0.0)
+                elif isinstance(module, nn.Embedding):
+                    param.normal_(generator=generator)
+                elif name == "original0":
+                    continue  # the magnitude: set from its direction below
+                elif param.dim() >= 2:
+                    bound = (param.shape[1] * param[0, 0].numel()) ** -0.5
+                    param.uniform_(-bound, bound, generator=generator)
+                else:
+                    param.normal_(0.0, 0.1, generator=generator)
+            if hasattr(module, "original0"):  # a weight-norm ParametrizationList
+                module.original0.copy_(torch.norm_except_dim(module.original1, 2, 0))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -531,3 +531,35 @@ def save_vocos(model: Vocos, folder: Path) -> Path:
     (folder / "config.yaml").write_text(yaml.safe_dump(model.config, sort_keys=False))
     torch.save(model.state_dict(), folder / "pytorch_model.bin")
     return folder
+
+
+def load_bigvgan(folder: Path) -> BigVGAN:
+    """Upstream's ``BigVGAN.from_pretrained`` on a local folder, weights read safely."""
+    h = json.loads((folder / "config.json").read_text())
+    model = BigVGAN(h)
+    if (folder / "bigvgan_generator.pt").exists():
+        state = torch.load(folder / "bigvgan_generator.pt", weights_only=True)["generator"]
+    else:
+        from safetensors.torch import load_file
+
+        state = load_file(str(folder / "model.safetensors"))
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def load_vocos(folder: Path) -> Vocos:
+    """Upstream's ``Vocos.from_pretrained`` on a local folder, weights read safely."""
+    import yaml
+
+    model = Vocos(yaml.safe_load((folder / "config.yaml").read_text()))
+    model.load_state_dict(torch.load(folder / "pytorch_model.bin", weights_only=True))
+    return model.eval()
+
+
+def remove_weight_norm(model: nn.Module) -> nn.Module:
+    """What upstream's ``inference.py`` does before synthesis (``BigVGAN.remove_weight_norm``):
+    each weight computed once by the same ``torch._weight_norm`` call, so the bits stay."""
+    for module in model.modules():
+        if hasattr(module, "weight_g"):
+            nn.utils.remove_weight_norm(module)
+    return model

@@ -1,18 +1,25 @@
-"""HiFi-GAN and DAC (``mizuoto_runtime.nn``) against transformers' models in the same run.
+"""HiFi-GAN, DAC, Vocos and BigVGAN (``mizuoto_runtime.nn``) against their upstreams in one run.
 
-Each family's default architecture (``SpeechT5HifiGanConfig()``: 80 mels, 512 channels, hop 256;
-``DacConfig()``: the 16 kHz DAC, hop 512, decoder 1536 wide), randomly initialised, is written to a
-temporary folder; both sides load it. Rows: HiFi-GAN vocoding a mel, DAC encoding noise to codes,
-DAC decoding codes to audio. Calls alternate, so both meet the same machine load; the best of
-``--repeats`` is printed as seconds of audio per second of compute, with ours / transformers (above
-1.0x we are faster). ``same`` says whether the outputs were bitwise equal.
+Each family's published architecture (``SpeechT5HifiGanConfig()``: 80 mels, 512 channels, hop 256;
+``DacConfig()``: the 16 kHz DAC, hop 512, decoder 1536 wide; ``charactr/vocos-mel-24khz``: 100
+mels, dim 512, 8 ConvNeXt layers, ISTFT 1024 / 256 centred; BigVGAN ``bigvgan_base_24khz_100band``:
+512 channels, rates 8-8-2-2, AMPBlock1, snakebeta), randomly initialised, is written to a
+temporary folder as the Hub ships it; both sides load it. Rows: HiFi-GAN vocoding a mel, DAC
+encoding noise to codes, DAC decoding codes to audio, Vocos and BigVGAN vocoding a mel. The peer is
+transformers for the first three; Vocos and BigVGAN have no transformers class (and their packages
+need torchaudio / are not on PyPI), so their peer is the re-derived upstream forward of
+``benchmarks/_ref_vocoders.py`` (the tests' oracle), BigVGAN's weight norm removed first as
+upstream's ``inference.py`` does. Calls alternate, so both meet the same machine load; the best of
+``--repeats`` is printed as seconds of audio per second of compute, with ours / theirs (above 1.0x
+we are faster). ``same`` says whether the outputs were bitwise equal.
 
 Peak memory: on the CPU, the peak resident set of a fresh process that loads the folder and runs
 the row once, less its resident set after the imports (weights touched plus working memory); on
 CUDA, ``torch.cuda.max_memory_allocated`` over one call after loading, less what was allocated
 before it (working memory only).
 
-    python benchmarks/nn_vocoders.py [--rows hifigan dac-encode dac-decode] [--seconds 4]
+    python benchmarks/nn_vocoders.py [--rows hifigan dac-encode dac-decode vocos bigvgan]
+        [--seconds 4]
         [--repeats 5] [--device cpu|cuda] [--dtype float32|bfloat16]
 """
 
@@ -26,13 +33,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _ref_vocoders as ref  # benchmarks/ is on sys.path when this runs as a script
 import torch
 
-ROWS = ("hifigan", "dac-encode", "dac-decode")
+ROWS = ("hifigan", "dac-encode", "dac-decode", "vocos", "bigvgan")
+VOCOS = {"n_mels": 100, "dim": 512, "intermediate_dim": 1536, "num_layers": 8}
+VOCOS_TRANSFORMS = {"n_fft": 1024, "hop_length": 256, "sample_rate": 24000}
+BIGVGAN = {
+    "upsample_rates": [8, 8, 2, 2],
+    "upsample_kernel_sizes": [16, 16, 4, 4],
+    "upsample_initial_channel": 512,
+    "resblock_kernel_sizes": [3, 7, 11],
+    "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+    "num_mels": 100,
+    "hop_size": 256,
+    "sampling_rate": 24000,
+}
 
 
 def save_checkpoint(folder: Path, family: str) -> Path:
     from transformers import DacConfig, DacModel, SpeechT5HifiGan, SpeechT5HifiGanConfig
+
+    if family == "vocos":  # the reference seeds inside fork_rng itself
+        return ref.save_vocos(ref.make_vocos(ref.vocos_config(**VOCOS, **VOCOS_TRANSFORMS)), folder)
+    if family == "bigvgan":
+        return ref.save_bigvgan(ref.make_bigvgan(ref.bigvgan_config(**BIGVGAN)), folder)
 
     with torch.random.fork_rng():
         torch.manual_seed(0)  # allowed: a script of its own, inside fork_rng
@@ -44,7 +69,7 @@ def save_checkpoint(folder: Path, family: str) -> Path:
 
 
 def family_of(row: str) -> str:
-    return "hifigan" if row == "hifigan" else "dac"
+    return "dac" if row.startswith("dac") else row
 
 
 def load(side: str, row: str, folder: Path, device: str, dtype: torch.dtype) -> Callable:
@@ -52,10 +77,15 @@ def load(side: str, row: str, folder: Path, device: str, dtype: torch.dtype) -> 
     if side == "ours":
         from mizuoto_runtime.nn import load_codec, load_vocoder
 
-        if row == "hifigan":
+        if not row.startswith("dac"):
             return load_vocoder(folder, device=device, dtype=dtype)
         codec = load_codec(folder, device=device, dtype=dtype)
         return codec.encode if row == "dac-encode" else lambda c: codec.decode(c)[:, 0]
+    if row == "vocos":
+        return ref.load_vocos(folder).to(device, dtype).decode
+    if row == "bigvgan":
+        model = ref.remove_weight_norm(ref.load_bigvgan(folder)).to(device, dtype)
+        return lambda mel: model(mel)[:, 0]
     from transformers import DacModel, SpeechT5HifiGan
 
     if row == "hifigan":
@@ -67,8 +97,12 @@ def load(side: str, row: str, folder: Path, device: str, dtype: torch.dtype) -> 
 
 
 def make_input(row: str, seconds: float, device: str, dtype: torch.dtype) -> torch.Tensor:
-    """A mel (hop 256 at 16 kHz), noise ``[1, 1, T]``, or codes (hop 512) for ``seconds``."""
+    """A mel (hop 256 at 16 kHz; channels first, hop 256 at 24 kHz for Vocos and BigVGAN), noise
+    ``[1, 1, T]``, or codes (hop 512) for ``seconds``."""
     generator = torch.Generator().manual_seed(1)
+    if row in ("vocos", "bigvgan"):
+        mel = torch.randn(1, 100, round(seconds * 24_000 / 256), generator=generator)
+        return mel.to(device, dtype)
     if row == "hifigan":
         mel = torch.randn(1, round(seconds * 16_000 / 256), 80, generator=generator)
         return mel.to(device, dtype)
@@ -110,8 +144,10 @@ def peak_child(side: str, row: str, folder: str, seconds: float, dtype_name: str
     import transformers.models.dac.modeling_dac
     import transformers.models.speecht5.modeling_speecht5  # noqa: F401
 
+    import mizuoto_runtime.nn.bigvgan
     import mizuoto_runtime.nn.dac
-    import mizuoto_runtime.nn.hifigan  # noqa: F401
+    import mizuoto_runtime.nn.hifigan
+    import mizuoto_runtime.nn.vocos  # noqa: F401
 
     dtype = getattr(torch, dtype_name)
     data = make_input(row, seconds, "cpu", dtype)

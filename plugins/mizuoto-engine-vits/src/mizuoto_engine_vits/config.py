@@ -65,7 +65,7 @@ class VitsConfig:
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    window_size: int | None
+    window_size: int
     use_bias: bool
     ffn_dim: int
     ffn_kernel_size: int
@@ -131,6 +131,7 @@ def _parse(get: Mapping[str, Any]) -> VitsConfig:
             "hidden_size",
             "num_hidden_layers",
             "num_attention_heads",
+            "window_size",
             "ffn_dim",
             "ffn_kernel_size",
             "flow_size",
@@ -148,10 +149,8 @@ def _parse(get: Mapping[str, Any]) -> VitsConfig:
             "sampling_rate",
         )
     }
-    window = get["window_size"]
     return VitsConfig(
         **counts,
-        window_size=None if window is None else _int(get, "window_size", 1),
         use_bias=_bool(get, "use_bias"),
         hidden_act=_choice(get, "hidden_act", ACTIVATIONS),
         layer_norm_eps=_real(get, "layer_norm_eps", positive=True),

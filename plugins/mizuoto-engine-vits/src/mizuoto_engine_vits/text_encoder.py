@@ -22,7 +22,8 @@ from mizuoto_runtime.ops import default
 
 
 class VitsAttention(nn.Module):
-    """Multi-head self-attention with windowed relative-position keys and values."""
+    """Multi-head self-attention with windowed relative-position keys and values (upstream 5.x
+    requires a window: ``window_size`` is a positive integer)."""
 
     def __init__(self, config: VitsConfig, **factory: Any) -> None:
         super().__init__()
@@ -36,10 +37,9 @@ class VitsAttention(nn.Module):
         self.v_proj = default.Linear(self.embed_dim, self.embed_dim, bias=bias, **factory)
         self.q_proj = default.Linear(self.embed_dim, self.embed_dim, bias=bias, **factory)
         self.out_proj = default.Linear(self.embed_dim, self.embed_dim, bias=bias, **factory)
-        if self.window_size:
-            table = (1, 2 * self.window_size + 1, self.head_dim)
-            self.emb_rel_k = nn.Parameter(torch.empty(table, **factory))
-            self.emb_rel_v = nn.Parameter(torch.empty(table, **factory))
+        table = (1, 2 * self.window_size + 1, self.head_dim)
+        self.emb_rel_k = nn.Parameter(torch.empty(table, **factory))
+        self.emb_rel_v = nn.Parameter(torch.empty(table, **factory))
 
     def _heads(self, x: Tensor, batch: int) -> Tensor:
         return x.view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2).contiguous()
@@ -51,20 +51,18 @@ class VitsAttention(nn.Module):
         key = self._heads(self.k_proj(hidden), batch).view(*flat)
         value = self._heads(self.v_proj(hidden), batch).view(*flat)
         weights = torch.bmm(query, key.transpose(1, 2))  # [B * heads, T, T]
-        if self.window_size is not None:
-            keys = self._relative_table(self.emb_rel_k, length)  # [1, 2T - 1, head_dim]
-            weights += _relative_to_absolute(torch.matmul(query, keys.transpose(-2, -1)))
+        keys = self._relative_table(self.emb_rel_k, length)  # [1, 2T - 1, head_dim]
+        weights += _relative_to_absolute(torch.matmul(query, keys.transpose(-2, -1)))
         probs = F.softmax(weights, dim=-1)
         out = torch.bmm(probs, value)
-        if self.window_size is not None:
-            values = self._relative_table(self.emb_rel_v, length)
-            out += torch.matmul(_absolute_to_relative(probs), values)
+        values = self._relative_table(self.emb_rel_v, length)
+        out += torch.matmul(_absolute_to_relative(probs), values)
         out = out.view(batch, self.num_heads, length, self.head_dim).transpose(1, 2)
         return self.out_proj(out.reshape(batch, length, self.embed_dim))
 
     def _relative_table(self, table: Tensor, length: int) -> Tensor:
         """The rows for offsets -(length - 1) .. length - 1: zero-padded past the window."""
-        window = self.window_size or 0
+        window = self.window_size
         pad = max(length - (window + 1), 0)
         if pad > 0:
             table = F.pad(table, [0, 0, pad, pad, 0, 0])

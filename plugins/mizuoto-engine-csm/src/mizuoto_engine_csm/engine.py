@@ -83,7 +83,18 @@ class LoadedCsm(LoadedEngine):
             ModelHandle(
                 networks.parts, name=f"{name}:embeddings", load_device=spec.device, units=()
             ),
-            *networks.codec.handles,
+            # Mimi's three parts, named after this model (the codec names them after itself).
+            *(
+                ModelHandle(
+                    handle.module,
+                    name=f"{name}:codec_{part}",
+                    load_device=spec.device,
+                    units=handle.units,
+                )
+                for part, handle in zip(
+                    ("encoder", "decoder", "quantizer"), networks.codec.handles, strict=True
+                )
+            ),
         )
 
     @property

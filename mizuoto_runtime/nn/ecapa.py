@@ -38,7 +38,7 @@ from mizuoto_runtime.ops import default
 from mizuoto_runtime.weights.loading import load_into
 from mizuoto_sdk.errors import EngineUnavailable
 
-__all__ = ["EcapaConfig", "EcapaTdnn", "SpeakerEncoder", "build", "load"]
+__all__ = ["EcapaConfig", "EcapaTdnn", "SpeakerEncoder", "build", "load", "read_hyperparams"]
 
 _EPS = 1e-12  # the pooling's variance floor, upstream's
 
@@ -65,19 +65,28 @@ class Conv1d(nn.Module):
         return self.conv(F.pad(x, (self.padding, self.padding), mode="reflect"))
 
 
-class BatchNorm1d(nn.Module):
-    """SpeechBrain's ``BatchNorm1d`` wrapper: ``self.norm``, always in eval mode.
+class _StatelessBatchNorm1d(nn.BatchNorm1d):
+    """torch.nn's ``BatchNorm1d`` (ones and zeros at construction: nothing drawn) without the step
+    counter ``num_batches_tracked``, which only counts training steps; a checkpoint's is skipped
+    when loading."""
 
-    The step counter ``num_batches_tracked`` only matters when training, so it is not kept and a
-    checkpoint's is skipped when loading.
-    """
+    def __init__(self, channels: int, **factory: Any) -> None:
+        super().__init__(channels, **factory)
+        self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self) -> None:
+        assert self.running_mean is not None and self.running_var is not None
+        self.running_mean.zero_()
+        self.running_var.fill_(1)
+
+
+class BatchNorm1d(nn.Module):
+    """SpeechBrain's ``BatchNorm1d`` wrapper: ``self.norm``, used in eval mode (running
+    statistics)."""
 
     def __init__(self, channels: int, **factory: Any) -> None:
         super().__init__()
-        # torch.nn's BatchNorm1d initialises with ones and zeros: construction draws nothing.
-        self.norm = nn.BatchNorm1d(channels, **factory)
-        self.norm.register_buffer("num_batches_tracked", None)
-        self.norm.eval()
+        self.norm = _StatelessBatchNorm1d(channels, **factory)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.norm(x)

@@ -23,6 +23,7 @@ from small_models import HostCopies
 
 from mizuoto_runtime.memory.stream import stage_bytes
 from mizuoto_runtime.nn import ecapa
+from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_runtime.weights.loading import LoadError
 from mizuoto_sdk.errors import EngineUnavailable
@@ -264,6 +265,20 @@ def test_the_entry_as_written_is_honoured_with_upstreams_defaults(tmp_path: Path
     config = ecapa.EcapaConfig.from_dict({"input_size": 80})
     assert config.channels == (512, 512, 512, 512, 1536)
     assert (config.lin_neurons, config.res2net_scale, config.global_context) == (192, 8, True)
+
+
+def test_our_module_filled_by_init_random_saves_and_loads_back(tmp_path: Path) -> None:
+    # The docs' example: a folder written from our own module, no reference needed.
+    (tmp_path / "hyperparams.yaml").write_text(hyperparams())
+    module = ecapa.EcapaTdnn(ecapa.EcapaConfig.from_dict(ecapa.read_hyperparams(tmp_path)))
+    before = torch.random.get_rng_state()
+    init_random(module, torch.Generator().manual_seed(0))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    torch.save(module.state_dict(), tmp_path / "embedding_model.ckpt")
+    x = features()
+    with torch.no_grad():
+        expected = module.eval()(x)
+    assert torch.equal(ecapa.load(tmp_path)(x), expected)
 
 
 def test_a_folder_that_is_not_an_ecapa_checkpoint_is_engine_unavailable(tmp_path: Path) -> None:

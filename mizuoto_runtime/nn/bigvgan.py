@@ -35,19 +35,11 @@ from mizuoto_runtime.ops import default
 from mizuoto_runtime.weights.loading import load_into
 from mizuoto_sdk.errors import EngineUnavailable
 
-__all__ = ["BigVGANConfig", "BigVGANVocoder", "build", "is_bigvgan_config"]
-
-REQUIRED = ("resblock", "upsample_rates", "activation")
-"""The keys that make a ``config.json`` without ``model_type`` a BigVGAN config."""
+__all__ = ["BigVGANConfig", "BigVGANVocoder", "build"]
 
 # Upstream's Activation1d is always built with its defaults: ratio 2, 12-tap filters.
 _RATIO = 2
 _TAPS = 12
-
-
-def is_bigvgan_config(config: Mapping[str, Any]) -> bool:
-    """Whether a ``config.json`` is BigVGAN's (hyperparameters, no ``model_type``)."""
-    return "model_type" not in config and all(key in config for key in REQUIRED)
 
 
 @dataclass(frozen=True)
@@ -91,9 +83,7 @@ class BigVGANConfig:
                 snake_logscale=_fields.boolean(get, "snake_logscale"),
                 use_tanh_at_final=_fields.boolean(get, "use_tanh_at_final"),
                 use_bias_at_final=_fields.boolean(get, "use_bias_at_final"),
-                sampling_rate=(
-                    _fields.positive(get, "sampling_rate") if "sampling_rate" in get else None
-                ),
+                sampling_rate=_sampling_rate(get),
             )
         except ValueError as error:
             raise EngineUnavailable(f"bigvgan config: {error}") from error
@@ -106,6 +96,12 @@ class BigVGANConfig:
         return math.prod(self.upsample_rates)
 
 
+def _sampling_rate(config: Mapping[str, Any]) -> int | None:
+    """Informational (the generator never reads it): kept when it is a positive integer."""
+    value = config.get("sampling_rate")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _check_shapes(config: BigVGANConfig) -> None:
     """Refuse, when loading, layouts whose forward upstream cannot run."""
     pairs = (
@@ -113,7 +109,7 @@ def _check_shapes(config: BigVGANConfig) -> None:
         ("resblock_kernel_sizes", "resblock_dilation_sizes"),
     )
     for a, b in pairs:
-        # Upstream zips these, so a mismatch silently drops layers.
+        # Upstream zips these, then indexes by the first one's length: it fails in its forward.
         if len(getattr(config, a)) != len(getattr(config, b)):
             raise EngineUnavailable(
                 f"bigvgan config: {a} and {b} must be of one length, got "
@@ -138,8 +134,9 @@ def _check_shapes(config: BigVGANConfig) -> None:
 
 
 class Snake(nn.Module):
-    """``x + 1 / (alpha + 1e-9) * sin(alpha x)^2`` per channel; ``alpha`` stored as its log when
-    ``snake_logscale``. ``SnakeBeta`` divides by a second parameter, ``beta``, instead."""
+    """Upstream's ``Snake``, ``x + 1 / (alpha + 1e-9) * sin(alpha x)^2`` per channel, or with
+    ``beta`` its ``SnakeBeta``, which divides by a second parameter ``beta`` instead; both stored
+    as logarithms when ``snake_logscale``."""
 
     def __init__(self, channels: int, logscale: bool, beta: bool, **factory: Any) -> None:
         super().__init__()
@@ -149,11 +146,12 @@ class Snake(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         alpha = self.alpha.unsqueeze(0).unsqueeze(-1)  # [1, C, 1]
-        scale = alpha if self.beta is None else self.beta.unsqueeze(0).unsqueeze(-1)
+        beta = None if self.beta is None else self.beta.unsqueeze(0).unsqueeze(-1)
         if self.logscale:
             alpha = torch.exp(alpha)
-            scale = alpha if self.beta is None else torch.exp(scale)
-        return x + (1.0 / (scale + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
+            beta = None if beta is None else torch.exp(beta)
+        divisor = alpha if beta is None else beta
+        return x + (1.0 / (divisor + 1e-9)) * torch.pow(torch.sin(x * alpha), 2)
 
 
 class UpSample1d(nn.Module):

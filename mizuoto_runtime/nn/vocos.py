@@ -54,7 +54,7 @@ class VocosConfig:
     dim: int
     intermediate_dim: int
     num_layers: int
-    layer_scale: float
+    layer_scale: float  # upstream's initial layer scale: the blocks have a gamma if it is > 0
     n_fft: int
     hop_length: int
     padding: str
@@ -74,9 +74,10 @@ class VocosConfig:
                     "(EnCodec features) is not built; expected it absent or null"
                 )
             layers = _fields.positive(backbone, "num_layers", where=where_b)
-            scale = backbone.get("layer_scale_init_value")
             # Upstream: ``value or 1 / num_layers``, and no gamma unless that is above 0.
-            scale = _fields.real({"v": scale}, "v") if scale else 1 / layers
+            scale = 1 / layers
+            if backbone.get("layer_scale_init_value"):
+                scale = _fields.real(backbone, "layer_scale_init_value", where=where_b)
             out = cls(
                 sample_rate=_fields.positive(mel, "sample_rate", where=where_f),
                 n_mels=_fields.positive(mel, "n_mels", where=where_f),
@@ -90,7 +91,9 @@ class VocosConfig:
                 layer_scale=scale,
                 n_fft=_fields.positive(head, "n_fft", where=where_h),
                 hop_length=_fields.positive(head, "hop_length", where=where_h),
-                padding=_fields.choice({"padding": "same", **head}, "padding", _PADDINGS),
+                padding=_fields.choice(
+                    {"padding": "same", **head}, "padding", _PADDINGS, where=where_h
+                ),
             )
             if _fields.positive(head, "dim", where=where_h) != out.dim:
                 raise ValueError(f"{where_h}dim: expected the backbone's dim {out.dim}")

@@ -125,10 +125,10 @@ def test_a_voice_at_another_rate_is_resampled_to_the_codecs(csm, voices):
 
 def test_broken_checkpoints_name_the_key(tmp_path):
     import torch
+
     from mizuoto_engine_csm.config import CsmConfig
     from mizuoto_engine_csm.make_weights import WEIGHTS_DIR
     from mizuoto_engine_csm.model import load_networks
-
     from mizuoto_sdk.errors import EngineUnavailable
 
     folder = tmp_path / "broken"

@@ -37,26 +37,27 @@ def end_frame_folder(tmp_path):
     keep one feature, which the embeddings make positive and the layers leave alone, and only
     code 0 reads it. Frames whose first K-1 codes are 0 (the end) then come within a few."""
     import torch
-    from mizuoto_engine_csm.make_weights import WEIGHTS_DIR
     from safetensors.torch import load_file, save_file
+
+    from mizuoto_engine_csm.make_weights import WEIGHTS_DIR
 
     folder = tmp_path / "ending"
     shutil.copytree(WEIGHTS_DIR, folder)
     state = load_file(folder / "model.safetensors")
     with torch.no_grad():
-        state["embed_text_tokens.weight"][:, 0] = 10
-        state["depth_decoder.model.embed_tokens.weight"][:, 0] = 10
+        state["embed_text_tokens.weight"][:, 0] = 100
+        state["depth_decoder.model.embed_tokens.weight"][:, 0] = 100
         for key, tensor in state.items():
             if key.endswith(("o_proj.weight", "down_proj.weight")):
                 tensor[0] = 0
         for key in ("backbone_model.norm.weight", "depth_decoder.model.norm.weight"):
             state[key].zero_()[0] = 1
         state["lm_head.weight"][:, 0] = 0
-        state["lm_head.weight"][0, 0] = 0.59
+        state["lm_head.weight"][0, 0] = 0.7
         state["depth_decoder.model.inputs_embeds_projector.weight"][0] = 0
         state["depth_decoder.model.inputs_embeds_projector.weight"][0, 0] = 1
         state["depth_decoder.codebooks_head.weight"][:, 0] = 0
-        state["depth_decoder.codebooks_head.weight"][:, 0, 0] = 0.83
+        state["depth_decoder.codebooks_head.weight"][:, 0, 0] = 1.0
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 

@@ -7,8 +7,8 @@ stride layout, so that the processor's frame count formula holds) saved with tra
 holds CSM's four special tokens, a 24 kHz feature extractor and the chat template CSM's
 processor renders. The folder is laid out as the Hub's sesame/csm-1b is, so the engine reads
 both the same way. transformers is needed here only (a dev dependency); the engine never
-imports it. The weights are drawn inside ``torch.random.fork_rng`` from a fixed seed, so the
-files are reproducible on one torch version (a test checks the weights).
+imports it. The weights are drawn from a generator with a fixed seed (never the global one), so
+the files are reproducible on one torch version (a test checks them).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-SEED = 20251207
+SEED = 20251207  # of the generator every weight is drawn from
 
 BOS, EOS, AUDIO, AUDIO_EOS = "<|begin_of_text|>", "<|end_of_text|>", "<|AUDIO|>", "<|audio_eos|>"
 SPECIAL_TOKENS = (BOS, EOS, AUDIO, AUDIO_EOS)  # ids 256..259, after the 256 byte tokens
@@ -121,7 +121,7 @@ DEPTH_DECODER: dict[str, Any] = {
 }
 # As sesame/csm-1b ships them: both models sample, top_k 50, temperature 0.9.
 GENERATION: dict[str, Any] = {"do_sample": True, "top_k": 50, "temperature": 0.9}
-MAX_NEW_TOKENS = 125
+MAX_NEW_TOKENS = 24  # csm-1b: 125 (10 s); 24 frames are about 2 s
 
 
 def byte_tokens() -> dict[str, int]:
@@ -155,7 +155,13 @@ def make_tokenizer() -> Any:
 
 
 def make_model() -> Any:
-    """The random CsmForConditionalGeneration, its generation configs as the Hub's."""
+    """The random CsmForConditionalGeneration, its generation configs as the Hub's.
+
+    transformers initialises from the global generator, so the model is built inside
+    ``fork_rng`` (which puts that generator back) and every drawn tensor is then drawn again from
+    a generator of its own, seeded ``SEED``: the files depend on that seed only. Constant tensors
+    (norm weights of one, layer scales) are kept as built.
+    """
     import torch
     from transformers import (
         CsmConfig,
@@ -171,15 +177,23 @@ def make_model() -> Any:
         codec_config=MimiConfig(**CODEC).to_dict(),
     )
     with torch.random.fork_rng():
-        torch.manual_seed(SEED)
         model = CsmForConditionalGeneration(config).eval()
-        with torch.no_grad():
-            # Upstream starts every codebook at zero (a silent codec); spread them out.
-            for name, buffer in model.codec_model.named_buffers():
-                if name.endswith("embed_sum"):
-                    buffer.normal_()
-                elif name.endswith("cluster_usage"):
-                    buffer.uniform_(0.5, 2.0)
+    generator = torch.Generator().manual_seed(SEED)
+    seen: set[int] = set()
+    with torch.no_grad():
+        for name, tensor in model.state_dict(keep_vars=True).items():
+            if id(tensor) in seen or not tensor.is_floating_point():
+                continue
+            seen.add(id(tensor))
+            if name.endswith("cluster_usage"):  # upstream starts codebooks silent: spread them
+                tensor.uniform_(0.5, 2.0, generator=generator)
+            elif name.endswith("embed_sum"):
+                tensor.normal_(generator=generator)
+            elif tensor.numel() > 1 and bool((tensor == tensor.flatten()[0]).all()):
+                continue  # a constant: ones, zeros, a layer scale
+            else:
+                fan_in = tensor[0].numel() if tensor.dim() > 1 else 50
+                tensor.normal_(0.0, fan_in**-0.5, generator=generator)
     # Fresh configs, not ones derived from the model config: those carry
     # "_from_model_config": true, which makes from_pretrained drop the depth_decoder_* keys.
     model.generation_config = GenerationConfig(**GENERATION, max_new_tokens=MAX_NEW_TOKENS)

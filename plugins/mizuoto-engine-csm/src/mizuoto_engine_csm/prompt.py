@@ -88,8 +88,10 @@ class PromptBuilder:
 
 
 def check_text(text: str, field: str) -> str:
-    """``text`` unless it holds CSM's own markup, which would be read as audio; the processor
-    would fail on it (a count of audio tokens that matches no audio)."""
+    """``text`` unless it is empty or holds CSM's own markup, which would be read as audio (the
+    processor fails on it: a count of audio tokens that matches no audio)."""
+    if not text.strip():
+        raise InvalidRequest(f"{field}: is empty; give the words to speak", {"field": field})
     for token in (AUDIO_TOKEN, AUDIO_EOS_TOKEN, "\x00"):
         if token in text:
             shown = repr(token) if token == "\x00" else token

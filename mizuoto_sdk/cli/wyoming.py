@@ -41,6 +41,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="a param every request to ENGINE carries, such as sine.speed=1.5 or codeclm.seed=7; "
         "repeatable",
     )
+    wyoming.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="serve only this engine, repeatable, in this order (Home Assistant offers the first "
+        "program's voices only); default: every engine that synthesizes, by id",
+    )
     add_set_option(wyoming)
     wyoming.set_defaults(handler=wyoming_command)
 
@@ -63,7 +71,8 @@ def wyoming_command(args: argparse.Namespace) -> int:
     roots = [str(root) for root in service.settings.get("voices.roots") or ()]
     service.settings.set("voices.roots", [*roots, str(voices)])
     try:
-        speakers = Speakers(service, voices, _engine_params(service, args.param))
+        params = _engine_params(service, args.param)
+        speakers = Speakers(service, voices, params, engines=args.engine or None)
     except BaseException:
         service.close()
         raise

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -64,17 +64,28 @@ class Speakers:
         service: RuntimeService,
         voices_folder: Path,
         params: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        engines: Sequence[str] | None = None,
     ) -> None:
-        """``params``: engine id -> the params every request to it carries (``--param``)."""
+        """``params``: engine id -> the params every request to it carries (``--param``);
+        ``engines``: the engines served, in this order (None: every one that synthesizes, by
+        id); one that does not synthesize is an InvalidRequest naming it."""
         self.service = service
         self.voices_folder = voices_folder
         self.params = dict(params or {})
         records = service.discovery.records()
-        self.engines: dict[str, EngineManifest] = {
+        speaking = {
             r.id: r.manifest
             for r in records
             if r.ok and r.manifest is not None and "synthesize" in r.manifest.capabilities
         }
+        for engine in engines or ():
+            if service.discovery.manifest(engine).id not in speaking:  # unknown: not found
+                raise InvalidRequest(
+                    f"--engine {engine}: it does not synthesize", {"field": "engine"}
+                )
+        chosen = list(engines) if engines else list(speaking)
+        self.engines: dict[str, EngineManifest] = {e: speaking[e] for e in chosen}
         self.versions = {r.id: r.version for r in records}
 
     def info(self) -> Info:

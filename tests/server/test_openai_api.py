@@ -8,6 +8,8 @@ import json
 import struct
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -16,8 +18,10 @@ from server_support import RunningServer
 from mizuoto_sdk.audio import pcm16
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 
-openai = pytest.importorskip("openai", reason="the OpenAI route's tests need the openai client")
-soundfile = pytest.importorskip("soundfile", reason="the encoded formats are read back by it")
+pytest.importorskip("openai", reason="the OpenAI route's tests need the openai client")
+pytest.importorskip("soundfile", reason="the encoded formats are read back by it")
+import openai
+import soundfile  # type: ignore[import-untyped]
 
 HANG_AFTER_FIRST = {"fault": "hang_cancellable", "at": 1, "chunks": 3}
 
@@ -81,19 +85,20 @@ def test_pcm_is_24_khz_16_bit_the_hosts_samples_at_that_rate(client: openai.Open
 
 
 def test_flac_holds_the_wavs_samples_and_mp3_and_opus_decode(client: openai.OpenAI) -> None:
-    def speak(response_format: str) -> bytes:
+    def speak(response_format: Literal["wav", "flac", "mp3", "opus"]) -> bytes:
         return client.audio.speech.create(
             model="sine",
             input="one two",
             voice="default",
-            response_format=response_format,  # type: ignore[arg-type]
+            response_format=response_format,
             extra_body={"seed": 2},
         ).content
 
     _, pcm = wav_pcm(speak("wav"))
     flac, rate = soundfile.read(io.BytesIO(speak("flac")), dtype="int16")
     assert rate == 16000 and flac.tobytes() == pcm
-    for lossy in ("mp3", "opus"):
+    lossy_formats: tuple[Literal["mp3", "opus"], ...] = ("mp3", "opus")
+    for lossy in lossy_formats:
         audio, rate = soundfile.read(io.BytesIO(speak(lossy)))
         assert rate in (16000, 48000) and abs(len(audio) / rate - len(pcm) / 32000) < 0.1
 
@@ -158,10 +163,10 @@ def test_sse_deltas_carry_the_audio_then_done(client: openai.OpenAI) -> None:
 def test_errors_are_openais_typed_exceptions_with_the_servers_message(
     client: openai.OpenAI, fields: dict[str, object], error: str, param: str | None, says: str
 ) -> None:
-    request: dict[str, object] = {"model": "sine", "input": "x", "voice": "default"}
+    request: dict[str, Any] = {"model": "sine", "input": "x", "voice": "default"}
     request.update(fields)
     with pytest.raises(getattr(openai, error)) as raised:
-        client.audio.speech.create(**request)  # type: ignore[arg-type]
+        client.audio.speech.create(**request)
     body = raised.value.body
     assert isinstance(body, dict) and set(body) == {"message", "type", "param", "code"}
     assert says in body["message"] and says in raised.value.message
@@ -189,3 +194,21 @@ def test_the_routes_keep_the_servers_host_and_token_rules(server: RunningServer)
         "/v1/audio/speech", content=b"model=sine", headers={"content-type": "text/plain"}
     )
     assert form.status_code == 415
+
+
+def test_a_server_with_a_token_wants_it_as_the_clients_api_key(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mizuoto_sdk.server.app import create_app
+
+    with RuntimeService() as service:
+        app = create_app(service, token="the-token", home=tmp_path)
+        with TestClient(app, base_url="http://127.0.0.1") as http:
+
+            def client(key: str) -> openai.OpenAI:
+                url = "http://127.0.0.1/v1"
+                return openai.OpenAI(base_url=url, api_key=key, http_client=http, max_retries=0)
+
+            with pytest.raises(openai.AuthenticationError, match="needs its token"):
+                client("a-guess").models.list()
+            assert "sine" in {model.id for model in client("the-token").models.list()}

@@ -196,3 +196,15 @@ def test_without_the_extra_the_command_names_it(
     monkeypatch.setitem(sys.modules, "wyoming", None)
     assert main(["wyoming"]) == 2
     assert 'pip install "mizuoto-sdk[wyoming]"' in capsys.readouterr().err
+
+
+def test_engine_chooses_the_programs_and_their_order(tmp_path: Path) -> None:
+    from mizuoto_sdk.errors import EngineNotFound
+    from mizuoto_sdk.server.wyoming_server import Speakers
+
+    with RuntimeService() as service:
+        chosen = Speakers(service, tmp_path, engines=["sine", "codeclm"])
+        assert [p.name for p in chosen.info().tts] == ["sine", "codeclm"]
+        assert chosen.request(None) == ("sine", {})  # no voice: the first engine's own
+        with pytest.raises(EngineNotFound, match="known engines"):
+            Speakers(service, tmp_path, engines=["nothing"])

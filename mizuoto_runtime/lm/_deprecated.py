@@ -1,4 +1,4 @@
-"""QwenDecoder's deprecated arguments and methods, warned about in one wording."""
+"""CausalDecoder's deprecated arguments and methods, warned about in one wording."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ __all__ = ["QWEN_SDPA", "hf_sdpa", "pack_gqa", "repeat_kv"]
 QWEN_SDPA = Site(
     "lm.qwen.self_attn",
     sdpa_reference,
-    "transformers 5.24 integrations/sdpa_attention.py (Qwen2/Qwen3 self-attention)",
+    "transformers 5.24 integrations/sdpa_attention.py (Qwen2/Qwen3/Llama self-attention)",
 )
 
 

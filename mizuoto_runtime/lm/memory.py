@@ -1,4 +1,4 @@
-"""How much working memory a QwenDecoder needs beyond its weights, before it runs.
+"""How much working memory a CausalDecoder needs beyond its weights, before it runs.
 
 ``peak_bytes(config, batch, seq)`` bounds the peak of what one prefill of ``seq`` tokens (the
 largest step of a generation that ends with ``seq`` tokens in the cache) allocates on top of the

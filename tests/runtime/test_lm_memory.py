@@ -83,6 +83,7 @@ def model(family: str, shape: str, dtype: torch.dtype) -> QwenDecoder:
             "num_hidden_layers": 3,
             "head_dim": head_dim,
             **SHAPES[shape],
+            **({"attention_bias": True, "mlp_bias": True} if family == "llama" else {}),
         }
     )
     decoder = QwenDecoder(config, dtype=dtype)
@@ -121,7 +122,12 @@ def measure(
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize(
     ("family", "cache", "batch", "seq"),
-    [("qwen2", "dynamic", 2, 200), ("qwen3", "static", 1, 64), ("qwen3", "dynamic", 1, 300)],
+    [
+        ("qwen2", "dynamic", 2, 200),
+        ("qwen3", "static", 1, 64),
+        ("qwen3", "dynamic", 1, 300),
+        ("llama", "static", 2, 120),
+    ],
 )
 def test_peak_bytes_bounds_the_measured_peak(family, cache, batch, seq, shape, dtype):
     skip_unmodelled(dtype)

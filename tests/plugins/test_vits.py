@@ -174,6 +174,21 @@ def test_sentences_stream_as_upstream_runs_them_in_order(upstream, engines):
     assert all(torch.equal(g, w) for g, w in zip(got, wants, strict=True))
 
 
+def test_a_one_frame_utterance_is_upstreams(tmp_path):
+    """One id, spoken fast, is one latent frame; a rate-1 upsampler keeps a one-step time axis,
+    whose strides torch may read either way (the decoder's in-place steps must not change them)."""
+    changes = {**FAST, "upsample_rates": [1, 2], "upsample_kernel_sizes": [3, 4]}
+    folder = write(tmp_path, seed=9, overrides=changes, tokenizer={"add_blank": False})
+    pair = (VitsModel.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder))
+    loaded = VitsEngine().load(
+        LoadSpec("tiny", "cpu", "float32", model_dir=folder), Runtime(), RequestContext(seed=0)
+    )
+    for seed in range(3):
+        [want] = theirs(pair, ["a"], seed, speaking_rate=100.0)
+        [got] = ours(loaded, "a", seed, speaking_rate=100.0)
+        assert got.numel() == 2 and torch.equal(got, want)
+
+
 def test_sentences_without_a_vocabulary_character_are_skipped(engines):
     chunks = ours(engines["wide"], "Well. 123. Done", 5)
     assert len(chunks) == 2

@@ -1,10 +1,17 @@
 """VITS's waveform decoder: the HiFi-GAN generator as VITS uses it, latents in, audio out.
 
 It differs from the runtime's ``SpeechT5HifiGan`` (``mizuoto_runtime.nn.hifigan``) in what goes
-in and out, not in its residual blocks, which it borrows from there: the input is the flow's
-latents ``[B, flow_size, frames]`` (no mean/scale normalisation), a speaker embedding may be
-added after the first conv (``cond``), and the last conv has no bias. Parameter names are
-transformers' ``VitsHifiGan``'s; float32 on the CPU equals it bit for bit.
+in and out: the input is the flow's latents ``[B, flow_size, frames]`` (no mean/scale
+normalisation), a speaker embedding may be added after the first conv (``cond``), and the last
+conv has no bias. Parameter names are transformers' ``VitsHifiGan``'s; float32 on the CPU equals
+it bit for bit.
+
+Speed: the activations after the first upsampler are the largest tensors of the whole model
+(channels x samples), and upstream allocates a new one for every leaky ReLU and residual add.
+Here an op whose input is a fresh tensor that nothing reads again runs in place: the same op on
+the same values with the same strides, so the same bits. Before the first upsampler a one-frame
+input has ambiguous strides (torch picks conv kernels by strides), so that activation stays out
+of place, as upstream's.
 """
 
 from __future__ import annotations
@@ -18,6 +25,23 @@ from torch import Tensor, nn
 from mizuoto_engine_vits.config import VitsConfig
 from mizuoto_runtime.nn.hifigan import HifiGanResidualBlock
 from mizuoto_runtime.ops import default
+
+
+def _activate(fresh: Tensor, slope: float = 0.01) -> Tensor:
+    """``F.leaky_relu(fresh, slope)``, in place unless the time axis has one step (then its strides
+    are ambiguous, and out of place keeps upstream's)."""
+    if fresh.shape[-1] > 1:
+        return F.leaky_relu_(fresh, slope)
+    return F.leaky_relu(fresh, slope)
+
+
+def _residual_block(block: HifiGanResidualBlock, x: Tensor) -> Tensor:
+    """``block(x)`` with the second activation and the residual add in place (their inputs are
+    conv outputs used once); ``x`` itself is left as it is."""
+    for conv1, conv2 in zip(block.convs1, block.convs2, strict=True):
+        y = conv1(F.leaky_relu(x, block.slope))
+        x = conv2(_activate(y, block.slope)).add_(x)
+    return x
 
 
 class VitsHifiGan(nn.Module):
@@ -69,11 +93,13 @@ class VitsHifiGan(nn.Module):
             x = x + self.cond(speaker)
         k = self.num_kernels
         for i, up in enumerate(self.upsampler):
-            x = up(F.leaky_relu(x, self.slope))  # [B, C / 2, frames * rate]
+            x = up(
+                F.leaky_relu(x, self.slope) if i == 0 else _activate(x, self.slope)
+            )  # [B, C / 2, frames * rate]
             blocks = self.resblocks[i * k : (i + 1) * k]
-            total = blocks[0](x)
+            total = _residual_block(blocks[0], x)
             for block in blocks[1:]:
-                total += block(x)
-            x = total / k
+                total += _residual_block(block, x)
+            x = total.div_(k)
         # The last activation uses torch's default slope (0.01), as upstream's does.
-        return torch.tanh(self.conv_post(F.leaky_relu(x)))
+        return torch.tanh_(self.conv_post(_activate(x)))

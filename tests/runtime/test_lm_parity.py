@@ -42,9 +42,12 @@ def save_checkpoint(directory: Path, family: str, seed: int = 0, **overrides: ob
     if family == "qwen3":
         fields["head_dim"] = 16
     fields.update(overrides)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(seed)
         model = model_class(config_class(**fields))
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:  # upstream starts them at 0 and 1
+                parameter.normal_(1.0 if "norm" in name else 0.0, 0.1)
     model.save_pretrained(directory)
     return directory
 

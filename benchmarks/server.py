@@ -3,9 +3,11 @@
 Starts `mizuoto serve` on 127.0.0.1 (a process of its own, a temporary data folder), then times one
 request at a time: over HTTP, the client's time to the first body bytes and to the end, beside the
 server's own report of the engine's time to its first chunk (`X-Mizuoto-First-Chunk`); in this
-process, the host's first chunk and whole request. Medians of `--repeats`, HTTP and in-process
-requests alternating, so that the machine's drift falls on both alike; every HTTP answer's PCM is
-checked equal to the in-process audio for the same seed.
+process, the host's first chunk and whole request. Each HTTP route is timed: the native
+`POST /api/v1/synthesize` and the OpenAI route `POST /v1/audio/speech` (`response_format` wav).
+Medians of `--repeats`, the routes and the in-process requests alternating, so that the machine's
+drift falls on all alike; every HTTP answer's PCM is checked equal to the in-process audio for the
+same seed.
 
     python benchmarks/server.py [--repeats 21] [--engine sine --engine codeclm]
 """
@@ -26,10 +28,22 @@ from remote import TEXT
 from remote import timed as in_process
 
 
-def over_http(client, engine, seed):
-    body = {"engine": engine, "text": TEXT, "seed": seed}
+def native(engine, seed):
+    return "/api/v1/synthesize", {"engine": engine, "text": TEXT, "seed": seed}
+
+
+def openai(engine, seed):
+    body = {"model": engine, "input": TEXT, "voice": "default", "response_format": "wav"}
+    return "/v1/audio/speech", {**body, "seed": seed}
+
+
+ROUTES = {"native": native, "openai": openai}
+
+
+def over_http(client, route, engine, seed):
+    path, body = ROUTES[route](engine, seed)
     started, first, parts = time.perf_counter(), None, []
-    with client.stream("POST", "/api/v1/synthesize", json=body) as answer:
+    with client.stream("POST", path, json=body) as answer:
         answer.raise_for_status()
         for part in answer.iter_raw():
             first = time.perf_counter() - started if first is None else first
@@ -80,27 +94,32 @@ def main() -> None:
             for engine in engines:
                 model = service.load(engine)
                 in_process(model, 0)  # warm both: loads, first-call work
-                over_http(client, engine, 0)
-                local_first, local_total, http_first, http_total, engine_first = [], [], [], [], []
+                for route in ROUTES:
+                    over_http(client, route, engine, 0)
+                local_first, local_total = [], []
+                timed = {route: ([], [], []) for route in ROUTES}  # first, total, engine's first
                 for seed in range(1, args.repeats + 1):
                     first, total, chunks = in_process(model, seed)
                     local_first.append(first)
                     local_total.append(total)
-                    first, total, reported, body = over_http(client, engine, seed)
-                    http_first.append(first)
-                    http_total.append(total)
-                    engine_first.append(reported)
-                    if body[44:] != pcm16(np.concatenate(chunks)):
-                        raise SystemExit(f"{engine} seed {seed}: the HTTP audio differs")
-                print(
-                    f"{engine}: first byte over HTTP {median_ms(http_first):.1f} ms, the server's "
-                    f"engine to its first chunk {median_ms(engine_first):.1f} ms, in this process "
-                    f"{median_ms(local_first):.1f} ms (HTTP / in-process "
-                    f"{statistics.median(http_first) / statistics.median(local_first):.2f}x); "
-                    f"whole request {median_ms(http_total):.1f} ms over HTTP, "
-                    f"{median_ms(local_total):.1f} ms in process "
-                    f"({statistics.median(http_total) / statistics.median(local_total):.2f}x)"
-                )
+                    for route, (firsts, totals, engine_firsts) in timed.items():
+                        first, total, reported, body = over_http(client, route, engine, seed)
+                        firsts.append(first)
+                        totals.append(total)
+                        engine_firsts.append(reported)
+                        if body[44:] != pcm16(np.concatenate(chunks)):
+                            raise SystemExit(f"{engine} seed {seed}: the {route} audio differs")
+                for route, (http_first, http_total, engine_first) in timed.items():
+                    first_ratio = statistics.median(http_first) / statistics.median(local_first)
+                    total_ratio = statistics.median(http_total) / statistics.median(local_total)
+                    extra = median_ms(http_first) - median_ms(local_first)
+                    print(
+                        f"{engine} {route}: first byte over HTTP {median_ms(http_first):.1f} ms, "
+                        f"the server's engine to its first chunk {median_ms(engine_first):.1f} "
+                        f"ms, in this process {median_ms(local_first):.1f} ms ({first_ratio:.2f}x, "
+                        f"{extra:+.1f} ms); whole request {median_ms(http_total):.1f} ms over "
+                        f"HTTP, {median_ms(local_total):.1f} ms in process ({total_ratio:.2f}x)"
+                    )
             print("every HTTP answer equals the in-process audio for its seed")
     finally:
         server.terminate()

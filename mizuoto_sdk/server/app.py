@@ -34,6 +34,7 @@ from mizuoto_sdk.server.limits import REQUEST_TIMEOUT, BodyLimit
 from mizuoto_sdk.server.openai_api import openai_routes
 from mizuoto_sdk.server.outcomes import Outcomes
 from mizuoto_sdk.server.stream import Feeds, WavStream, first_chunk
+from mizuoto_sdk.server.websocket import websocket_routes
 
 PAGE = Path(__file__).with_name("page")
 API = "/api/v1"
@@ -138,6 +139,7 @@ def create_app(
     _errors(app, answer)
     _routes(app, service, version, voices, app.state.feeds)
     app.include_router(openai_routes(service, app.state.feeds, voices, STATUS))
+    app.include_router(websocket_routes(service, app.state.feeds, token=token, loopback=loopback))
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
 

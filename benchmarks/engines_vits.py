@@ -24,6 +24,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ PARAGRAPH = (
 SEED = 5
 
 
-def theirs(model, tokenizer, text: str) -> tuple[np.ndarray, float]:
+def theirs(model: Any, tokenizer: Any, text: str) -> tuple[np.ndarray, float]:
     inputs = tokenizer(text, return_tensors="pt")
     with torch.random.fork_rng(), torch.inference_mode():
         torch.manual_seed(SEED)  # upstream draws from the global generator
@@ -63,11 +64,12 @@ def theirs(model, tokenizer, text: str) -> tuple[np.ndarray, float]:
         return wave.numpy(), time.perf_counter() - start
 
 
-def ours(handle, text: str) -> tuple[np.ndarray, float, float]:
+def ours(handle: Any, text: str) -> tuple[np.ndarray, float, float]:
     from mizuoto_sdk.host import EngineRequest
 
     start = time.perf_counter()
-    chunks, first = [], 0.0
+    chunks: list[np.ndarray] = []
+    first = 0.0
     for chunk in handle.synthesize(text, EngineRequest(params={"seed": SEED})):
         if not chunks:
             first = time.perf_counter() - start
@@ -97,7 +99,7 @@ def main() -> None:
         service = RuntimeService()
         service.settings.set("engines.vits.model_dir", str(folder))
         handle = service.load("vits")
-        rate = handle.description["sample_rate"]
+        rate = int(handle.description["sample_rate"])  # type: ignore[call-overload]
         params = sum(p.numel() for p in model.parameters()) / 1e6
         print(f"checkpoint: {params:.1f}M parameters (transformers' count, posterior included)")
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU, float32\n")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,8 @@ TEXT = "Hi there, Kim."
 FAST = {"upsample_initial_channel": 16, "upsample_rates": [4, 2], "upsample_kernel_sizes": [8, 4]}
 """A decoder of hop 8 instead of the shipped 256: the parity tests spend their time on the
 flows and predictors, which differ between configs, rather than on long waveforms."""
-CONFIGS = {
+SPEAKERS = {"speakers": 3, "speakers-plain": 2}
+CONFIGS: dict[str, dict[str, Any] | None] = {
     "shipped": None,
     "plain-durations": {**FAST, "use_stochastic_duration_prediction": False},
     "wide": {
@@ -58,10 +60,10 @@ CONFIGS = {
         "noise_scale_duration": 0.6,
     },
     "narrow-window": {**FAST, "window_size": 1, "num_hidden_layers": 1, "use_bias": False},
-    "speakers": {**FAST, "num_speakers": 3, "speaker_embedding_size": 6},
+    "speakers": {**FAST, "num_speakers": SPEAKERS["speakers"], "speaker_embedding_size": 6},
     "speakers-plain": {
         **FAST,
-        "num_speakers": 2,
+        "num_speakers": SPEAKERS["speakers-plain"],
         "speaker_embedding_size": 4,
         "use_stochastic_duration_prediction": False,
     },
@@ -69,7 +71,7 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("vits")
     return {
         name: WEIGHTS_DIR if changes is None else write(root / name, seed=i, overrides=changes)
@@ -100,8 +102,16 @@ def host() -> RuntimeService:
     return RuntimeService()
 
 
-def theirs(pair, texts, seed, *, speaking_rate=None, noise_scale=None, noise_scale_duration=None,
-           speaker=None) -> list[torch.Tensor]:  # fmt: skip
+def theirs(
+    pair: Any,
+    texts: list[str],
+    seed: int,
+    *,
+    speaking_rate: float | None = None,
+    noise_scale: float | None = None,
+    noise_scale_duration: float | None = None,
+    speaker: int | None = None,
+) -> list[torch.Tensor]:
     """Upstream's waveform for each text, one after the other after one manual_seed."""
     model, tokenizer = pair
     saved = model.noise_scale, model.noise_scale_duration
@@ -122,7 +132,9 @@ def theirs(pair, texts, seed, *, speaking_rate=None, noise_scale=None, noise_sca
         model.noise_scale, model.noise_scale_duration = saved
 
 
-def ours(loaded, text, seed, progress=None, **params) -> list[torch.Tensor]:
+def ours(
+    loaded: Any, text: str, seed: int, progress: Any = None, **params: Any
+) -> list[torch.Tensor]:
     given = {k: v for k, v in params.items() if v is not None}
     ctx = RequestContext(seed=seed, params=given, progress=progress)
     with torch.inference_mode():
@@ -148,7 +160,7 @@ def test_one_sentence_is_upstreams_waveform(upstream, engines, name, controls):
 @pytest.mark.parametrize("name", ["speakers", "speakers-plain"])
 def test_each_speaker_is_upstreams_and_differs(upstream, engines, name):
     takes = []
-    for speaker in (None, *range(CONFIGS[name]["num_speakers"])):
+    for speaker in (None, *range(SPEAKERS[name])):
         [want] = theirs(upstream[name], [TEXT], 3, speaker=speaker)
         [got] = ours(engines[name], TEXT, 3, speaker=speaker)
         assert torch.equal(got, want), speaker
@@ -160,7 +172,7 @@ def test_sentences_stream_as_upstream_runs_them_in_order(upstream, engines):
     """One generator across the sentences: chunk i is upstream's waveform for sentence i when
     upstream runs the sentences one after the other after a single manual_seed."""
     sentences = ["First one. ", "A second? ", "Yes!"]
-    seen: list[tuple[int, int | None]] = []
+    seen: list[tuple[float, float | None]] = []
     loaded = engines["narrow-window"]
     ctx = RequestContext(seed=11, progress=lambda done, total, message: seen.append((done, total)))
     with torch.inference_mode():
@@ -261,7 +273,9 @@ def test_bad_text_names_the_field(engines, text):
     assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")
 
 
-def copy_folder(tmp_path: Path, config_change=None, drop_key=None) -> Path:
+def copy_folder(
+    tmp_path: Path, config_change: dict[str, Any] | None = None, drop_key: str | None = None
+) -> Path:
     for name in ("vocab.json", "tokenizer_config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((WEIGHTS_DIR / name).read_bytes())
     config = json.loads((WEIGHTS_DIR / "config.json").read_text())

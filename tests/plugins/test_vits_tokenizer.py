@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +25,7 @@ from mizuoto_sdk.errors import EngineUnavailable
 
 ALPHABET = st.sampled_from([*"abcXYZkK _-'.,!?0129éÉßİțţ\t\n<>", "<unk>", "<pad>", "k'"])
 TEXTS = st.lists(ALPHABET, max_size=30).map("".join)
-FOLDERS = {
+FOLDERS: dict[str, dict[str, object] | None] = {
     "shipped": None,
     "no-blank": {"add_blank": False},
     "raw": {"normalize": False},
@@ -46,7 +47,7 @@ def write_folder(path: Path, settings_: dict[str, object] | None, extra: str = "
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("vits_tokenizers")
     out = {"shipped": WEIGHTS_DIR}
     for name, changes in FOLDERS.items():
@@ -63,7 +64,7 @@ def pairs(folders):
     }
 
 
-def upstream_ids(tokenizer, text: str) -> list[int]:
+def upstream_ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text)["input_ids"])
 
 

@@ -16,7 +16,7 @@ of place, as upstream's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +35,10 @@ def _activate(fresh: Tensor, slope: float = 0.01) -> Tensor:
     return F.leaky_relu(fresh, slope)
 
 
-def _residual_block(block: HifiGanResidualBlock, x: Tensor) -> Tensor:
-    """``block(x)`` with the second activation and the residual add in place (their inputs are
-    conv outputs used once); ``x`` itself is left as it is."""
+def _residual_block(module: nn.Module, x: Tensor) -> Tensor:
+    """``module(x)`` (a ``HifiGanResidualBlock``) with the second activation and the residual add
+    in place (their inputs are conv outputs used once); ``x`` itself is left as it is."""
+    block = cast("HifiGanResidualBlock", module)
     for conv1, conv2 in zip(block.convs1, block.convs2, strict=True):
         y = conv1(F.leaky_relu(x, block.slope))
         x = conv2(_activate(y, block.slope)).add_(x)

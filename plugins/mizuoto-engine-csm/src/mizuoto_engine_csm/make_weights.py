@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,7 @@ DEPTH_DECODER: dict[str, Any] = {
 }
 # As sesame/csm-1b ships them: both models sample, top_k 50, temperature 0.9.
 GENERATION: dict[str, Any] = {"do_sample": True, "top_k": 50, "temperature": 0.9}
-MAX_NEW_TOKENS = 24  # csm-1b: 125 (10 s); 24 frames are about 2 s
+MAX_NEW_TOKENS = 12  # csm-1b: 125 (10 s); 12 frames are about 1 s
 
 
 def byte_tokens() -> dict[str, int]:
@@ -154,7 +154,7 @@ def make_tokenizer() -> Any:
     )
 
 
-def make_model() -> Any:
+def make_model(overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
     """The random CsmForConditionalGeneration, its generation configs as the Hub's.
 
     transformers initialises from the global generator, so the model is built inside
@@ -171,10 +171,27 @@ def make_model() -> Any:
         MimiConfig,
     )
 
-    config = CsmConfig(
+    changes = overrides or {}
+    codec = {**CODEC, **changes.get("codec", {})}
+    codebooks, vocab = codec["num_quantizers"], codec["codebook_size"]
+    sizes = {"num_codebooks": codebooks, "vocab_size": vocab}
+    model_fields = {
         **MODEL,
-        depth_decoder_config=CsmDepthDecoderConfig(**DEPTH_DECODER).to_dict(),
-        codec_config=MimiConfig(**CODEC).to_dict(),
+        **sizes,
+        "codebook_pad_token_id": vocab - 1,
+        **changes.get("model", {}),
+    }
+    depth = {
+        **DEPTH_DECODER,
+        **sizes,
+        "backbone_hidden_size": model_fields["hidden_size"],
+        "max_position_embeddings": codebooks + 1,
+        **changes.get("depth_decoder", {}),
+    }
+    config = CsmConfig(
+        **model_fields,
+        depth_decoder_config=CsmDepthDecoderConfig(**depth).to_dict(),
+        codec_config=MimiConfig(**codec).to_dict(),
     )
     with torch.random.fork_rng():
         model = CsmForConditionalGeneration(config).eval()
@@ -201,8 +218,12 @@ def make_model() -> Any:
     return model
 
 
-def write(out_dir: str | Path) -> Path:
-    """Write the checkpoint and processor folder into ``out_dir``; returns the folder."""
+def write(out_dir: str | Path, overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """Write the checkpoint and processor folder into ``out_dir``; returns the folder.
+
+    ``overrides`` changes the sizes (``{"model": {...}, "depth_decoder": {...}, "codec":
+    {...}}``, transformers' config fields; the codebook count and size follow the codec's), for
+    benchmarks on larger random checkpoints."""
     from transformers import CsmProcessor, EncodecFeatureExtractor
 
     out = Path(out_dir)
@@ -210,7 +231,7 @@ def write(out_dir: str | Path) -> Path:
     extractor = EncodecFeatureExtractor(feature_size=1, sampling_rate=CODEC["sampling_rate"])
     processor = CsmProcessor(extractor, make_tokenizer(), chat_template=CHAT_TEMPLATE)
     processor.save_pretrained(out)
-    make_model().save_pretrained(out)
+    make_model(overrides).save_pretrained(out)
     for name in ("config.json", "generation_config.json"):  # stable bytes: sorted keys
         path = out / name
         path.write_text(json.dumps(json.loads(path.read_text()), indent=2, sort_keys=True) + "\n")

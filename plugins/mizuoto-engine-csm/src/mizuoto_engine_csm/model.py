@@ -17,6 +17,7 @@ mis-shaped key is a ``LoadError`` (``EngineUnavailable``) naming it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypedDict
 
@@ -26,9 +27,10 @@ from torch import Tensor, nn
 
 from mizuoto_engine_csm.config import CsmConfig
 from mizuoto_runtime import load_into, load_state_dict, ops
-from mizuoto_runtime.lm import CausalDecoder
+from mizuoto_runtime.lm import CausalDecoder, DecoderConfig
 from mizuoto_runtime.nn import mimi
 from mizuoto_runtime.nn.mimi import MimiCodec
+from mizuoto_runtime.weights.loading import LoadError
 
 BACKBONE = "backbone_model."
 DEPTH = "depth_decoder.model."
@@ -146,29 +148,43 @@ def load_networks(
 ) -> CsmNetworks:
     """The folder's model.safetensors split over the four parts, each loaded strictly."""
     state = load_state_dict(folder, device=device)
-    decoders: list[CausalDecoder] = []
-    for prefix, decoder_config, skip in (
-        (BACKBONE, config.backbone, ("embed_tokens",)),
-        (DEPTH, config.depth, _OWN_BY_PARTS),
-    ):
-        decoders.append(
-            CausalDecoder.from_state_dict(
-                decoder_config,
-                state,
-                prefix=prefix,
-                head=False,
-                skip=skip,
-                dtype=dtype,
-                device=device,
-            )
-        )
+    backbone = _decoder(config.backbone, state, BACKBONE, ("embed_tokens",), dtype, device)
+    depth = _decoder(config.depth, state, DEPTH, _OWN_BY_PARTS, dtype, device)
     codec_state = {k[len(CODEC) :]: v for k, v in state.items() if k.startswith(CODEC)}
     codec = mimi.build(config.codec, codec_state, device=device, dtype=dtype, name=f"{name}:codec")
     rest = {key: value for key, value in state.items() if _owned_by_parts(key)}
     with torch.device("meta"):
         parts = CsmParts(config, dtype=dtype)
     load_into(parts, rest, cast=True)
-    return CsmNetworks(config, decoders[0], decoders[1], parts.eval(), codec)
+    return CsmNetworks(config, backbone, depth, parts.eval(), codec)
+
+
+def _decoder(
+    config: DecoderConfig,
+    state: Mapping[str, Tensor],
+    prefix: str,
+    skip: tuple[str, ...],
+    dtype: torch.dtype,
+    device: str,
+) -> CausalDecoder:
+    """One decoder from the keys under ``prefix`` (``prefix`` + rest -> ``model.`` + rest), built
+    where it runs: ``ops.default`` layers allocate without drawing, and building on "meta" would
+    compute RoPE's frequencies through torch's reference ops, which import torch._dynamo."""
+    ours = {}
+    for key, tensor in state.items():
+        rest = key[len(prefix) :]
+        if key.startswith(prefix) and not any(
+            rest == name or rest.startswith(name + ".") for name in skip
+        ):
+            ours["model." + rest] = tensor
+    decoder = CausalDecoder(config, dtype=dtype, device=device, head=False, embed=False)
+    try:
+        load_into(decoder, ours, cast=True)
+    except LoadError as error:
+        raise LoadError(
+            f"{prefix}* (as model.*): {error}", error.missing, error.unexpected, error.mismatched
+        ) from None
+    return decoder.eval()
 
 
 def _owned_by_parts(key: str) -> bool:

@@ -273,6 +273,12 @@ def test_bad_text_names_the_field(engines, text):
     assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")
 
 
+def test_durations_past_the_frame_bound_name_speaking_rate(engines):
+    with pytest.raises(EngineError) as caught:
+        ours(engines["wide"], TEXT, 0, speaking_rate=1e-6)
+    assert caught.value.detail["field"] == "params.speaking_rate"
+
+
 def copy_folder(
     tmp_path: Path, config_change: dict[str, Any] | None = None, drop_key: str | None = None
 ) -> Path:

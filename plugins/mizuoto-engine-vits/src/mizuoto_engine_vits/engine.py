@@ -13,6 +13,7 @@ modules that do until a model is loaded.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, cast
 
 from mizuoto_engine_vits.params import SynthesisParams
@@ -121,7 +122,7 @@ class LoadedVits(LoadedEngine):
         duration_generator = ctx.generator_for("cpu")  # upstream's duration noise: CPU, always
         prior_generator = ctx.generator_for(model.device)
         rate = self.config.sampling_rate
-        ctx.applied["vits"] = {"sentences": len(sentences), **controls.__dict__}
+        ctx.applied["vits"] = {"sentences": len(sentences), **asdict(controls)}
         for index, (sentence, ids) in enumerate(sentences):
             ctx.check_cancel()
             batch = torch.tensor([ids], dtype=torch.long, device=model.device)
@@ -137,7 +138,7 @@ class LoadedVits(LoadedEngine):
                 )
             except DurationError as error:
                 raise InvalidRequest(
-                    f"params.speaking_rate: {error}; speak faster",
+                    f"params.speaking_rate: {error}; give a higher speaking_rate",
                     {"field": "params.speaking_rate"},
                 ) from None
             ctx.progress(index + 1, len(sentences), "sentences")

@@ -135,3 +135,27 @@ def test_a_voice_is_the_context_turn_generate_conditions_on(csm, upstream, voice
     assert torch.equal(torch.from_numpy(samples), expected)
     plain, _ = ours(csm, seed=5, max_frames=4, speaker=1)
     assert not np.array_equal(plain, samples)
+
+
+def test_from_model_config_makes_the_depth_decoder_greedy_as_upstream(upstream, tmp_path):
+    """generation_config.json with "_from_model_config": true: from_pretrained drops the
+    depth_decoder_* keys (the depth decoder then decodes greedily) and keeps the others."""
+    import json
+    import shutil
+
+    from mizuoto_engine_csm.make_weights import WEIGHTS_DIR
+
+    folder = tmp_path / "pitfall"
+    shutil.copytree(WEIGHTS_DIR, folder)
+    settings = json.loads((folder / "generation_config.json").read_text())
+    settings.update({"_from_model_config": True, "temperature": 0.7})
+    (folder / "generation_config.json").write_text(json.dumps(settings))
+    model = transformers.CsmForConditionalGeneration.from_pretrained(folder).eval()
+    _, processor = upstream
+    expected = theirs((model, processor), [turn(0, TEXT)], 9, max_new_tokens=3)
+    handle = RuntimeService({"engines.csm.model_dir": str(folder)}).load("csm")
+    samples, request = ours(handle, seed=9, max_frames=3)
+    assert request.applied["csm"]["temperature"] == 0.7
+    assert torch.equal(torch.from_numpy(samples), expected)
+    other, _ = ours(handle, seed=10, max_frames=3)
+    assert not np.array_equal(other, samples)  # codebook 0 still samples

@@ -136,7 +136,7 @@ def test_broken_checkpoints_name_the_key(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     for change, key in (
         ({"model_type": "llama"}, "model_type"),
-        ({"num_codebooks": 4}, "num_codebooks"),
+        ({"num_codebooks": 6}, "num_codebooks"),
         ({"rope_parameters": {"rope_type": "longrope"}}, "rope_type"),
     ):
         (folder / "config.json").write_text(json.dumps({**config, **change}))

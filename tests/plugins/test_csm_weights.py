@@ -53,11 +53,11 @@ def end_frame_folder(tmp_path):
         for key in ("backbone_model.norm.weight", "depth_decoder.model.norm.weight"):
             state[key].zero_()[0] = 1
         state["lm_head.weight"][:, 0] = 0
-        state["lm_head.weight"][0, 0] = 0.7
+        state["lm_head.weight"][0, 0] = 0.5
         state["depth_decoder.model.inputs_embeds_projector.weight"][0] = 0
         state["depth_decoder.model.inputs_embeds_projector.weight"][0, 0] = 1
         state["depth_decoder.codebooks_head.weight"][:, 0] = 0
-        state["depth_decoder.codebooks_head.weight"][:, 0, 0] = 1.0
+        state["depth_decoder.codebooks_head.weight"][:, 0, 0] = 0.7
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
 
@@ -69,8 +69,8 @@ def test_the_end_frame_stops_as_generate_stops(tmp_path):
     processor = transformers.CsmProcessor.from_pretrained(folder)
     conversation = [{"role": "0", "content": [{"type": "text", "text": "Hi"}]}]
     inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
-    # seed 2: the last frame ends with a code that is not 0, so it is audio; seed 3: all 0, not
-    for seed, written, kept in ((2, 7, 7), (3, 6, 5)):
+    # seed 2: the last frame ends with a code that is not 0, so it is audio; seed 15: all 0, not
+    for seed, written, kept in ((2, 5, 5), (15, 4, 3)):
         with torch.random.fork_rng(), torch.no_grad():
             torch.manual_seed(seed)
             out = model.generate(
@@ -80,6 +80,6 @@ def test_the_end_frame_stops_as_generate_stops(tmp_path):
         ours, _, request = audio(handle, "Hi", seed=seed, max_frames=12, chunk_frames=0)
         assert request.applied["csm"]["frames"] == kept
         assert torch.equal(torch.from_numpy(ours), out.audio[0])
-        if seed == 3:  # the stream drops the all-0 frame too
+        if seed == 15:  # the stream drops the all-0 frame too
             streamed, _, _ = audio(handle, "Hi", seed=seed, max_frames=12, chunk_frames=4)
             assert len(streamed) == kept * HOP and np.abs(streamed - ours).max() <= 1e-4

@@ -1,7 +1,7 @@
 """Make the shipped tiny checkpoint: ``python -m mizuoto_engine_csm.make_weights [--out DIR]``.
 
 A small random ``CsmForConditionalGeneration`` (a 2-layer Llama backbone with llama3 RoPE, a
-2-layer depth decoder, a Mimi codec with 8 quantizers of 64 codes and the real codec's kernel and
+2-layer depth decoder, a Mimi codec with 4 quantizers of 64 codes and the real codec's kernel and
 stride layout, so that the processor's frame count formula holds) saved with transformers'
 ``save_pretrained``, beside a processor folder: a byte-level BPE tokenizer without merges that
 holds CSM's four special tokens, a 24 kHz feature extractor and the chat template CSM's
@@ -61,7 +61,7 @@ CODEC: dict[str, Any] = {
     "codebook_size": 64,  # the whole code vocabulary: a random model's every code decodes
     "codebook_dim": 16,
     "vector_quantization_hidden_dimension": 16,
-    "num_quantizers": 8,
+    "num_quantizers": 4,
     "num_semantic_quantizers": 1,
     "upsample_groups": 32,
     "num_hidden_layers": 2,

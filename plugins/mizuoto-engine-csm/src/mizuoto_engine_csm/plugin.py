@@ -24,7 +24,7 @@ def mizuoto_engines() -> list[EngineManifest]:
                 ModelEntry(
                     "tiny",
                     files="mizuoto_engine_csm:weights",
-                    description="a random 2-layer CSM with an 8-codebook Mimi; untrained",
+                    description="a random 2-layer CSM with a 4-codebook Mimi; untrained",
                     required_files=REQUIRED_FILES,
                 )
             ],

@@ -1,8 +1,9 @@
-"""``mizuoto_runtime.nn`` against transformers, every family in one command.
+"""``mizuoto_runtime.nn`` against its references, every family in one command.
 
-Runs ``benchmarks/nn_codecs.py`` (EnCodec, Mimi), ``nn_vocoders.py`` (HiFi-GAN, DAC) and
-``nn_encoders.py`` (wav2vec 2.0, HuBERT, WavLM) with their defaults, one after another, each in a
-process of its own so that one's memory peak is not the next one's start:
+Runs ``benchmarks/nn_codecs.py`` (EnCodec, Mimi), ``nn_vocoders.py`` (HiFi-GAN, DAC, Vocos,
+BigVGAN), ``nn_encoders.py`` (wav2vec 2.0, HuBERT, WavLM) and ``nn_speakers.py`` (ECAPA-TDNN)
+with their defaults, one after another, each in a process of its own so that one's memory peak
+is not the next one's start:
 
     python benchmarks/nn.py
 """
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PARTS = ("nn_codecs.py", "nn_vocoders.py", "nn_encoders.py")
+PARTS = ("nn_codecs.py", "nn_vocoders.py", "nn_encoders.py", "nn_speakers.py")
 
 
 def main() -> None:

@@ -3,6 +3,11 @@ encoders, speaker encoders and flow-matching solvers. Loaded on first use; see `
 
 from __future__ import annotations
 
-from mizuoto_runtime.nn.loaders import load_codec, load_speech_encoder, load_vocoder
+from mizuoto_runtime.nn.loaders import (
+    load_codec,
+    load_speaker_encoder,
+    load_speech_encoder,
+    load_vocoder,
+)
 
-__all__ = ["load_codec", "load_speech_encoder", "load_vocoder"]
+__all__ = ["load_codec", "load_speaker_encoder", "load_speech_encoder", "load_vocoder"]

@@ -156,6 +156,18 @@ def load_vocoder(
     return _build(layout.module, family, config, weights, folder, device, dtype, name)
 
 
+def load_speaker_encoder(
+    folder: str | PathLike[str], *, device: str = "cpu", dtype: Any = None, name: str | None = None
+) -> Any:
+    """A speaker encoder from ``folder``: SpeechBrain's ECAPA-TDNN as its Hub folder ships it
+    (``hyperparams.yaml``'s ``embedding_model`` entry, ``embedding_model.ckpt``); fbank features
+    [B, T, n_mels] (and relative ``lengths``) -> embedding [B, 1, lin_neurons]. ``name`` as for
+    ``load_codec`` (default ``ecapa_tdnn@FOLDER``)."""
+    from mizuoto_runtime.nn import ecapa
+
+    return ecapa.load(folder, device=device, dtype=dtype, name=name)
+
+
 def _vocoder_layout(folder: Path) -> tuple[str, Layout, dict[str, Any]] | None:
     """The family of ``VOCODER_LAYOUTS`` the folder holds, with its config; ``None`` when its
     ``config.json`` has a ``model_type``, which then decides."""

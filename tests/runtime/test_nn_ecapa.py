@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from small_models import HostCopies
 
 from mizuoto_runtime.memory.stream import stage_bytes
-from mizuoto_runtime.nn import ecapa
+from mizuoto_runtime.nn import ecapa, load_speaker_encoder
 from mizuoto_runtime.ops import init_random
 from mizuoto_runtime.runtime import Runtime
 from mizuoto_runtime.weights.loading import LoadError
@@ -365,3 +365,14 @@ def test_cuda_float32_matches_upstream_on_cuda(tmp_path: Path) -> None:
     with torch.no_grad():
         expected = theirs.cuda()(x, lengths)
     torch.testing.assert_close(ours(x, lengths), expected, rtol=0, atol=1e-5)
+
+
+def test_the_runtime_loader_is_this_encoder_named_after_its_folder(tmp_path: Path) -> None:
+    theirs, folder = save(tmp_path, SHAPES["small"])
+    ours = load_speaker_encoder(folder)
+    x = features(2)
+    with torch.no_grad():
+        assert torch.equal(ours(x, LENGTHS[3][:2]), theirs(x, LENGTHS[3][:2]))
+    assert [h.name for h in ours.handles] == [f"ecapa_tdnn@{folder}:embedding_model"]
+    named = load_speaker_encoder(folder, name="voice-a")
+    assert [h.name for h in named.handles] == ["voice-a:embedding_model"]

@@ -100,8 +100,7 @@ def test_bad_text_and_voices_name_the_field(csm, voices):
     assert caught.value.detail["field"] == "params.voice"
     speech = (0.3 * np.sin(np.arange(24_000) / 9)).astype(np.float32)
     cases = [
-        (speech, 24_000, {}, "params.transcript"),
-        (speech, 24_000, {"transcript": "  "}, "params.transcript"),
+        (speech, 24_000, {"transcript": "a <|audio_eos|> b"}, "params.transcript"),
         (speech[:2400], 24_000, {"transcript": "hi"}, "audio"),
         (speech, 4_000, {"transcript": "hi"}, "audio"),
     ]
@@ -110,6 +109,10 @@ def test_bad_text_and_voices_name_the_field(csm, voices):
             csm.prepare_voice(AudioChunk(samples, rate), voices / "v", EngineRequest(params=params))
         assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", field)
         assert not (voices / "v").exists()
+    request = EngineRequest(params={})  # no transcript: a context turn without words, said so
+    result = csm.prepare_voice(AudioChunk(speech, 24_000), voices / "wordless", request)
+    assert result["frames"] == 13 and any("params.transcript" in w for w in request.warnings)
+    audio(csm, seed=0, voice="wordless")
 
 
 def test_a_voice_at_another_rate_is_resampled_to_the_codecs(csm, voices):

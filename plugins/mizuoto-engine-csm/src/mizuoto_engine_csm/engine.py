@@ -269,7 +269,8 @@ class LoadedCsm(LoadedEngine):
         self, audio: AudioChunk, voice_dir: Path, params: Mapping[str, object], ctx: RequestContext
     ) -> Mapping[str, object]:
         """Write ``voice.json`` (the recording's Mimi codes, transcript and speaker) into
-        ``voice_dir``; ``params["transcript"]`` is required, ``params["speaker"]`` the id."""
+        ``voice_dir``; ``params["transcript"]`` holds the words spoken (without them the context
+        turn has none, with a warning), ``params["speaker"]`` the speaker id."""
         import torch
 
         from mizuoto_engine_csm.prompt import check_text
@@ -285,7 +286,14 @@ class LoadedCsm(LoadedEngine):
 
         ctx.check_cancel()
         request = SynthesisParams.from_params(params)
-        transcript = check_text(check_transcript(request.transcript), "params.transcript")
+        transcript = check_transcript(request.transcript)
+        if transcript.strip():
+            check_text(transcript, "params.transcript")
+        else:
+            ctx.warn(
+                "params.transcript: none given; the voice's context turn has no words, and CSM "
+                "clones a voice better from its recording and transcript together"
+            )
         samples = check_recording(mono(audio.samples), audio.sample_rate)
         if audio.sample_rate != self._sample_rate:
             samples = resample(samples, audio.sample_rate, self._sample_rate)

@@ -68,7 +68,7 @@ PARAMS: tuple[Param, ...] = (
         "transcript",
         "str",
         None,
-        help="prepare_voice only: the words spoken in the recording (required there)",
+        help="prepare_voice only: the words spoken in the recording (none: a turn without words)",
     ),
 )
 

@@ -82,12 +82,12 @@ def check_recording(samples: np.ndarray, rate: object, field: str = "audio") -> 
 
 
 def check_transcript(value: object, field: str = "params.transcript") -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequest(
-            f"{field}: give the words spoken in the recording (CSM conditions on text and "
-            "audio together)",
-            {"field": field},
-        )
+    """The transcript, or "" when none is given (the context turn then has no words: upstream
+    renders ``[speaker]`` alone; cloning works better with the words, and the caller is told)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field}: expected text, got {value!r}", {"field": field})
     if len(value) > MAX_TRANSCRIPT_CHARS:
         raise InvalidRequest(
             f"{field}: {len(value)} characters; at most {MAX_TRANSCRIPT_CHARS}", {"field": field}
@@ -139,7 +139,7 @@ def _parse(payload: object, codebooks: int, codebook_size: int) -> Voice | None:
     speaker, transcript, codes = payload["speaker"], payload["transcript"], payload["codes"]
     if isinstance(speaker, bool) or not isinstance(speaker, int):
         return None
-    if not 0 <= speaker <= MAX_SPEAKER or not isinstance(transcript, str) or not transcript:
+    if not 0 <= speaker <= MAX_SPEAKER or not isinstance(transcript, str):
         return None
     if not isinstance(codes, list) or len(codes) != codebooks:
         return None

@@ -114,10 +114,12 @@ def test_the_first_bytes_come_before_the_synthesis_ends_and_leaving_stops_it(
         response_format="pcm",
         extra_body={"seed": 1, **HANG_AFTER_FIRST},
     ) as answer:
-        first = next(answer.iter_bytes())
+        received = answer.iter_bytes()  # held: dropped, it closes the connection when collected
+        first = next(received)
         assert len(first) > 0
         assert model_state(server, "faulty") == ["busy"], server.log_text()[-3000:]
-    assert wait_for(lambda: model_state(server, "faulty") == ["idle"]), "disconnect did not cancel"
+    left = wait_for(lambda: model_state(server, "faulty") == ["idle"], seconds=20)
+    assert left, f"disconnect did not cancel:\n{server.log_text()[-3000:]}"
 
 
 def test_sse_deltas_carry_the_audio_then_done(client: openai.OpenAI) -> None:

@@ -14,7 +14,8 @@ until a name that needs it is used. ``dir(mizuoto_runtime)`` lists them all.
 - attention: ``accel``, ``attention``, ``Site`` (upstream's computation by default)
 - sampling: ``SamplingParams``, ``InvalidSamplingParams``, ``hf_sample``, ``hf_process``,
   ``multinomial1``, all on the request's generator
-- decoders: ``lm``, ``QwenConfig``, ``QwenDecoder``, ``BufferCache``, ``DynamicCache``,
+- decoders: ``lm``, ``CausalDecoder``, ``DecoderConfig`` (Qwen2, Qwen3, Llama; ``QwenDecoder``
+  and ``QwenConfig`` are the same classes), ``BufferCache``, ``DynamicCache``,
   ``mask_for``, ``decode`` (the decode loop, step by step), ``generate``, ``peak_bytes``
 - acceleration: ``Graphs``, ``DecoderSteps``, ``LayerSteps``, ``compile_module``, ``Compiled``
 - files and audio: ``load_onnx``, ``resample``, ``find_voice``, ``voice_roots``
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from mizuoto_runtime.dsp.resample import resample
     from mizuoto_runtime.lm import (
         BufferCache,
+        CausalDecoder,
+        DecoderConfig,
         DynamicCache,
         QwenConfig,
         QwenDecoder,
@@ -116,6 +119,8 @@ _WHERE = {
     "hf_process": "mizuoto_runtime.sampling",
     "multinomial1": "mizuoto_runtime.sampling",
     "lm": "mizuoto_runtime.lm",
+    "CausalDecoder": "mizuoto_runtime.lm",
+    "DecoderConfig": "mizuoto_runtime.lm",
     "QwenConfig": "mizuoto_runtime.lm",
     "QwenDecoder": "mizuoto_runtime.lm",
     "BufferCache": "mizuoto_runtime.lm",
@@ -145,9 +150,11 @@ _WHERE = {
 
 __all__ = [
     "BufferCache",
+    "CausalDecoder",
     "CheckpointError",
     "ColumnParallelLinear",
     "Compiled",
+    "DecoderConfig",
     "DecoderSteps",
     "DeviceProperties",
     "DeviceService",

@@ -83,7 +83,13 @@ def test_every_python_example_compiles(where: str, source: str):
 
 # Pages whose examples are promised to run as written (each a complete program, offline, quick):
 # the blocks beside the runtime, and the engine that streams sentence by sentence.
-RUNNABLE = ("runtime/dsp.md", "runtime/text.md", "runtime/nn.md", "engine/sentences.md")
+RUNNABLE = (
+    "runtime/dsp.md",
+    "runtime/text.md",
+    "runtime/nn.md",
+    "runtime/lm.md",
+    "engine/sentences.md",
+)
 RUN = [(where, source) for where, source in python_blocks() if where.startswith(RUNNABLE)]
 
 

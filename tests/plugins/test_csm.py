@@ -68,6 +68,32 @@ def test_cancel_stops_midway(csm):
         list(stream)
 
 
+def test_a_static_cache_and_cuda_graphs_off_cuda_speak_as_the_dynamic_cache(service, csm):
+    dynamic, _, first = audio(csm, seed=11, max_frames=6)
+    service.settings.set("compute.kv_cache", "static")
+    try:
+        static, _, second = audio(csm, seed=11, max_frames=6)
+        service.settings.set("compute.cuda_graphs", True)
+        graphed, _, third = audio(csm, seed=11, max_frames=6)
+    finally:
+        service.settings.set("compute.kv_cache", "dynamic")
+        service.settings.set("compute.cuda_graphs", False)
+    assert (first.applied["kv_cache"], second.applied["kv_cache"]) == ("dynamic", "static")
+    assert third.applied["cuda_graphs"]["csm.backbone"].startswith("eager: CUDA graphs need a")
+    # the logits differ in the last bits (a masked full buffer); the sampled codes do not
+    assert np.array_equal(dynamic, static) and np.array_equal(static, graphed)
+
+
+def test_cuda_graphs_over_a_dynamic_cache_run_eagerly_and_warn(service, csm):
+    service.settings.set("compute.cuda_graphs", True)
+    try:
+        _, _, request = audio(csm, seed=1)
+    finally:
+        service.settings.set("compute.cuda_graphs", False)
+    assert "kv_cache=static" in request.applied["cuda_graphs"]["csm.backbone"]
+    assert any("compute.cuda_graphs" in warning for warning in request.warnings)
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
@@ -195,6 +221,18 @@ def test_cuda_float32_speaks_as_the_cpu_does():
     gpu, _, request = audio(handle, seed=3, max_frames=8)
     assert request.applied["csm"]["frames"] == cpu_request.applied["csm"]["frames"]
     assert len(gpu) == len(cpu) and np.isfinite(gpu).all()
+
+
+@pytest.mark.cuda
+def test_cuda_graphs_replay_the_backbone_step_as_eager_runs_it():
+    service = RuntimeService({"compute.kv_cache": "static"})
+    handle = service.load("csm", device="cuda", dtype="float32")
+    eager, _, _ = audio(handle, seed=9, max_frames=8)
+    service.settings.set("compute.cuda_graphs", True)
+    graphed, _, request = audio(handle, seed=9, max_frames=8)
+    again, _, _ = audio(handle, seed=9, max_frames=8)
+    assert request.applied["cuda_graphs"]["csm.backbone"].startswith("replayed")
+    assert np.array_equal(eager, graphed) and np.array_equal(graphed, again)
 
 
 @pytest.mark.cuda

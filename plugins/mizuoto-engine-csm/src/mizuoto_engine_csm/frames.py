@@ -8,6 +8,9 @@ with its own generation config. The frame's K code embeddings, summed, are the b
 input. Every draw is ``hf_sample`` on the request's generator, so a request seeded ``s`` draws
 what ``generate`` draws after ``torch.manual_seed(s)``: 1 + (K - 1) draws per frame.
 
+The backbone's cache and CUDA graphs follow the request's ``compute.kv_cache`` and
+``compute.cuda_graphs`` (steps.py); the default dynamic cache is the bitwise one.
+
 Stops as upstream: after ``max_frames`` frames, or after a frame whose first K-1 codes are the
 end code (0). The audio ends before the first frame whose K codes are all 0; ``frames`` says which
 frames are audio by yielding them, and drops that one.
@@ -22,6 +25,7 @@ from torch import Tensor
 
 from mizuoto_engine_csm.config import Sampling
 from mizuoto_engine_csm.model import CsmNetworks
+from mizuoto_engine_csm.steps import backbone_cache
 from mizuoto_runtime import SamplingParams, hf_sample
 from mizuoto_sdk import RequestContext
 
@@ -53,11 +57,14 @@ def frames(
     generator = ctx.generator_for(device)
     nothing = torch.zeros(1, 0, dtype=torch.long, device=device)  # no processor reads the ids
     end = config.codebook_eos_token_id
-    cache = backbone.new_cache("dynamic", max_length=prompt.shape[1] + max_frames)
+    cache, steps = backbone_cache(backbone, prompt.shape[1] + max_frames, ctx)
     x = prompt
-    for _ in range(max_frames):
+    for index in range(max_frames):
         ctx.check_cancel()
-        hidden = backbone(None, cache, inputs_embeds=x, output="hidden", logits_to_keep=1)
+        if steps is not None and index:  # the prefill runs eagerly, every frame after replays
+            hidden = steps(x, prompt.shape[1] + index - 1)
+        else:
+            hidden = backbone(None, cache, inputs_embeds=x, output="hidden", logits_to_keep=1)
         logits = parts.lm_head(hidden)  # [1, 1, vocab]
         first = hf_sample(logits[:, -1, :], nothing, 0, sampling, generator)  # [1]
         frame = _depth_frame(networks, hidden[:, -1, :], first, depth_sampling, generator)

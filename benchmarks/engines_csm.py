@@ -22,6 +22,7 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,7 +60,7 @@ TEXT = "The quick brown fox jumps over the lazy dog."
 SEED = 5
 
 
-def theirs(model, inputs, frames: int, audio: bool) -> tuple[torch.Tensor | None, float]:
+def theirs(model: Any, inputs: Any, frames: int, audio: bool) -> tuple[torch.Tensor | None, float]:
     with torch.random.fork_rng(), torch.inference_mode():
         torch.manual_seed(SEED)  # upstream draws from the global generator
         start = time.perf_counter()
@@ -68,12 +69,13 @@ def theirs(model, inputs, frames: int, audio: bool) -> tuple[torch.Tensor | None
     return (out[0] if audio else None), seconds
 
 
-def ours(handle, frames: int, chunk: int) -> tuple[np.ndarray, float, float]:
+def ours(handle: Any, frames: int, chunk: int) -> tuple[np.ndarray, float, float]:
     from mizuoto_sdk.host import EngineRequest
 
     request = EngineRequest(params={"seed": SEED, "max_frames": frames, "chunk_frames": chunk})
     start = time.perf_counter()
-    chunks, first = [], 0.0
+    chunks: list[np.ndarray] = []
+    first = 0.0
     for piece in handle.synthesize(TEXT, request):
         if not chunks:
             first = time.perf_counter() - start
@@ -102,7 +104,7 @@ def main() -> None:
         folder = write(Path(tmp) / "mid", MID)
         model = CsmForConditionalGeneration.from_pretrained(folder).eval()
         processor = CsmProcessor.from_pretrained(folder)
-        conversation = [{"role": "0", "content": [{"type": "text", "text": TEXT}]}]
+        conversation: Any = [{"role": "0", "content": [{"type": "text", "text": TEXT}]}]
         inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
         service = RuntimeService({"engines.csm.model_dir": str(folder)})
         handle = service.load("csm", dtype="float32")

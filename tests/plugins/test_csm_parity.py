@@ -7,6 +7,8 @@ generator, seeded the same, and ``chunk_frames=0`` decodes once at the end as ge
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -45,7 +47,7 @@ def voices(service, tmp_path):
     service.settings.set("voices.roots", [])
 
 
-def theirs(upstream, conversation, seed: int, **kwargs) -> torch.Tensor:
+def theirs(upstream: Any, conversation: Any, seed: int, **kwargs: Any) -> torch.Tensor:
     model, processor = upstream
     inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
     with torch.random.fork_rng(), torch.no_grad():
@@ -54,7 +56,7 @@ def theirs(upstream, conversation, seed: int, **kwargs) -> torch.Tensor:
     return audio
 
 
-def ours(handle, text=TEXT, **params) -> tuple[np.ndarray, EngineRequest]:
+def ours(handle: Any, text: str = TEXT, **params: Any) -> tuple[np.ndarray, EngineRequest]:
     request = EngineRequest(params={"chunk_frames": 0, **params})
     chunks = list(handle.synthesize(text, request))
     assert len(chunks) == 1

@@ -224,7 +224,11 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, config: DecoderConfig, device: torch.device | str | None = None) -> None:
         super().__init__()
         self.config = config
-        inv_freq, self.attention_scaling = inv_frequencies(config)
+        # Computed on the CPU even under ``with torch.device("meta")`` (how decoders are built
+        # before loading): on meta, llama3's and yarn's arithmetic goes through torch's
+        # reference ops, which import torch._dynamo; the decoder replaces this one once loaded.
+        with torch.device("cpu"):
+            inv_freq, self.attention_scaling = inv_frequencies(config)
         self.register_buffer("inv_freq", inv_freq.to(device), persistent=False)
 
     def frequencies(self, positions: Tensor, state: RopeState, seen: int) -> Tensor:

@@ -427,8 +427,8 @@ def build(
         owner, prefix = _PARTS[head]
         tensor = value.to(device=device, dtype=dtype) if value.is_floating_point() else value
         parts[owner][prefix + key[len(head) :]] = tensor
-    for name, module in modules.items():
-        load_into(module, parts[name], ignore=_CODEBOOK_STATS)
+    for part, module in modules.items():
+        load_into(module, parts[part], ignore=_CODEBOOK_STATS)
         for codebook in module.modules():
             if isinstance(codebook, _Codebook):
                 codebook.finish_loading()

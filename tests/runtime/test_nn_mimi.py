@@ -228,3 +228,13 @@ def test_cuda_decode_is_close_to_upstream_on_cuda(tmp_path: Path):
         codes = theirs.encode(x).audio_codes
         expected = theirs.decode(codes).audio_values
     torch.testing.assert_close(codec.decode(codes), expected, rtol=0, atol=1e-5)
+
+
+def test_handles_are_named_after_the_folder_or_the_name_given(tmp_path: Path):
+    save_checkpoint(tmp_path)
+    parts = ("encoder", "decoder", "quantizer")
+    default = [h.name for h in load_codec(tmp_path).handles]
+    assert default == [f"mimi@{tmp_path.resolve()}:{part}" for part in parts]
+    assert [h.name for h in load_codec(tmp_path, name="csm/tiny").handles] == [
+        f"csm/tiny:{part}" for part in parts
+    ]

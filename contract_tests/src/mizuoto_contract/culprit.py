@@ -265,7 +265,9 @@ class _Loader:
             if spec is not None and spec.loader is self:
                 spec.loader = self._loader
             if getattr(module, "__loader__", None) is self:
-                module.__loader__ = self._loader
+                # a module may refuse the assignment (torch._dynamo.config's attribute guard)
+                with contextlib.suppress(AttributeError):
+                    module.__loader__ = self._loader
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, get_data, is_package, ...
         return getattr(self._loader, name)

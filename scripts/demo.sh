@@ -9,11 +9,15 @@ bash scripts/install.sh
 mizuoto engines
 mizuoto synth sine "hello world" -o hello.wav --seed 7
 mizuoto synth codeclm "Hello from Mizuoto" -o hello-codeclm.wav --seed 3
+# Two real architectures on small random checkpoints shipped in their packages: MMS-TTS (VITS)
+# and Sesame CSM, each bitwise transformers' run for the same seed (tests/plugins/).
+mizuoto synth vits "Hello from Mizuoto." -o hello-vits.wav --seed 3
+mizuoto synth csm "Hello from Mizuoto" -o hello-csm.wav --seed 3
 # The same request served by two replicas in worker processes: the same bytes.
 mizuoto synth codeclm "Hello from Mizuoto" -o hello-codeclm-replicas.wav --seed 3 \
   --set engines.codeclm.replicas=2
 cmp hello-codeclm.wav hello-codeclm-replicas.wav && echo "2 replicas: the same audio as inline"
-mizuoto-contract mizuoto-engine-sine mizuoto-engine-codeclm
+mizuoto-contract mizuoto-engine-sine mizuoto-engine-codeclm mizuoto-engine-vits mizuoto-engine-csm
 # The server: `mizuoto serve` in a data folder of its own, the same request streamed over HTTP
 # (the same samples as hello.wav after the 44-byte header), then `mizuoto runtime` asks it.
 home=$(mktemp -d)

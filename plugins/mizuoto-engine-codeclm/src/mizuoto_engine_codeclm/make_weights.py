@@ -29,8 +29,10 @@ def make_state(config: ModelConfig) -> dict[str, torch.Tensor]:
     generator.manual_seed(config.init.seed)
     model = CodecLM(config, dtype=torch.float32, device="cpu")
     init_random(model, generator)
+    embedding = model.decoder.model.embed_tokens
+    assert embedding is not None  # the decoder is built with its embedding
     with torch.no_grad():
-        model.decoder.model.embed_tokens.weight.mul_(config.init.embedding_scale)
+        embedding.weight.mul_(config.init.embedding_scale)
         model.codec.post.weight.mul_(config.init.output_gain)
     state: dict[str, torch.Tensor] = {}
     seen: set[int] = set()

@@ -19,29 +19,13 @@ before each clock read; kaldi-native-fbank and librosa stay on the CPU.
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 
 import numpy as np
 import torch
+from _timing import alternating_best  # benchmarks/ is on sys.path when run as a script
 
 from mizuoto_runtime.dsp import hifigan_mel, kaldi_fbank, melspectrogram, whisper_log_mel
-
-
-def alternating_best(
-    ours: Callable[[], object], theirs: Callable[[], object], repeats: int, sync: Callable[[], None]
-) -> tuple[float, float]:
-    """Best wall time of each, measured in turns after one warm-up call each."""
-    ours(), theirs()
-    sync()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for function, kept in ((ours, times[0]), (theirs, times[1])):
-            start = time.perf_counter()
-            function()
-            sync()
-            kept.append(time.perf_counter() - start)
-    return min(times[0]), min(times[1])
 
 
 def hifigan_reference() -> Callable[..., torch.Tensor]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _timing import alternating_best  # benchmarks/ is on sys.path when run as a script
 
 from mizuoto_runtime.nn import load_codec
 
@@ -60,20 +61,6 @@ def peak_rss_above_start(function: Callable[[], object]) -> int:
         done.set()
         sampler.join()
     return max(0, max(peak[0], rss_bytes()) - start)
-
-
-def alternating_best(
-    ours: Callable[[], object], theirs: Callable[[], object], repeats: int
-) -> tuple[float, float]:
-    """Best wall time of each, measured in turns after one warm-up call each."""
-    ours(), theirs()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for function, kept in ((ours, times[0]), (theirs, times[1])):
-            start = time.perf_counter()
-            function()
-            kept.append(time.perf_counter() - start)
-    return min(times[0]), min(times[1])
 
 
 def upstream_models(folder: Path) -> dict[str, tuple[torch.nn.Module, int]]:

@@ -22,11 +22,11 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _timing import alternating_best, status_mib  # benchmarks/ is on sys.path when run as a script
 
 RATE = 16_000
 
@@ -60,42 +60,17 @@ def load(side: str, folder: Path, family: str, device: str, dtype: torch.dtype) 
     return lambda audio: model(audio, output_hidden_states=True).hidden_states
 
 
-def alternating_best(
-    ours: Callable[[], object], theirs: Callable[[], object], repeats: int, sync: Callable[[], None]
-) -> tuple[float, float]:
-    """Best wall time of each, measured in turns after one warm-up call each."""
-    ours(), theirs()
-    sync()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for function, kept in ((ours, times[0]), (theirs, times[1])):
-            start = time.perf_counter()
-            function()
-            sync()
-            kept.append(time.perf_counter() - start)
-    return min(times[0]), min(times[1])
-
-
-def _status_mib(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MiB. Not
-    ``ru_maxrss``: Linux carries that over exec from the parent that forked the child."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def peak_child(side: str, folder: str, family: str, samples: int, batch: int, dtype: str) -> None:
     """Run in a fresh process: print the peak MiB above the post-import resident set."""
     # both sides' modules imported before the baseline (transformers imports lazily)
     _model_class(family)[1]
     import mizuoto_runtime.nn.wav2vec2  # noqa: F401
 
-    baseline = _status_mib("VmRSS")
+    baseline = status_mib("VmRSS")
     encode = load(side, Path(folder), family, "cpu", getattr(torch, dtype))
     with torch.inference_mode():
         encode(torch.randn(batch, samples, dtype=getattr(torch, dtype)))
-    print(_status_mib("VmHWM") - baseline)
+    print(status_mib("VmHWM") - baseline)
 
 
 def peak_mib(side: str, folder: Path, family: str, args: argparse.Namespace, dtype: torch.dtype):

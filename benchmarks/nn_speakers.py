@@ -27,13 +27,13 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from _ref_ecapa import EcapaReference, save_folder  # benchmarks/ is on sys.path as a script
+from _timing import alternating_best, status_mib  # benchmarks/ is on sys.path when run as a script
 
 ROWS: dict[str, dict[str, Any]] = {
     "voxceleb": {
@@ -68,29 +68,6 @@ def load(side: str, row: str, folder: Path, device: str) -> Callable[..., torch.
     return model.to(device).eval()
 
 
-def alternating_best(
-    ours: Callable[[], object], theirs: Callable[[], object], repeats: int, sync: Callable[[], None]
-) -> tuple[float, float]:
-    """Best wall time of each, measured in turns after one warm-up call each."""
-    ours(), theirs()
-    sync()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for function, kept in ((ours, times[0]), (theirs, times[1])):
-            start = time.perf_counter()
-            function()
-            sync()
-            kept.append(time.perf_counter() - start)
-    return min(times[0]), min(times[1])
-
-
-def _status_mib(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def peak_child(side: str, row: str, folder: str, seconds: float, batch: int) -> None:
     """Run in a fresh process: print the peak MiB above the post-import resident set."""
     import yaml  # type: ignore[import-untyped]  # noqa: F401  (ours reads hyperparams with it)
@@ -98,11 +75,11 @@ def peak_child(side: str, row: str, folder: str, seconds: float, batch: int) -> 
     import mizuoto_runtime.nn.ecapa  # noqa: F401
 
     features, lengths = inputs(seconds, batch, "cpu")
-    baseline = _status_mib("VmRSS")
+    baseline = status_mib("VmRSS")
     function = load(side, row, Path(folder), "cpu")
     with torch.inference_mode():
         function(features, lengths)
-    print(_status_mib("VmHWM") - baseline)
+    print(status_mib("VmHWM") - baseline)
 
 
 def peak_mib(side: str, row: str, folder: Path, args: argparse.Namespace) -> float | None:

@@ -29,12 +29,12 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import _ref_vocoders as ref  # benchmarks/ is on sys.path when this runs as a script
 import torch
+from _timing import alternating_best, status_mib  # benchmarks/ is on sys.path when run as a script
 
 ROWS = ("hifigan", "dac-encode", "dac-decode", "vocos", "bigvgan")
 VOCOS = {"n_mels": 100, "dim": 512, "intermediate_dim": 1536, "num_layers": 8}
@@ -115,30 +115,6 @@ def make_input(row: str, seconds: float, device: str, dtype: torch.dtype) -> tor
     )
 
 
-def alternating_best(
-    ours: Callable[[], object], theirs: Callable[[], object], repeats: int, sync: Callable[[], None]
-) -> tuple[float, float]:
-    """Best wall time of each, measured in turns after one warm-up call each."""
-    ours(), theirs()
-    sync()
-    times: tuple[list[float], list[float]] = ([], [])
-    for _ in range(repeats):
-        for function, kept in ((ours, times[0]), (theirs, times[1])):
-            start = time.perf_counter()
-            function()
-            sync()
-            kept.append(time.perf_counter() - start)
-    return min(times[0]), min(times[1])
-
-
-def _status_mib(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
 def peak_child(side: str, row: str, folder: str, seconds: float, dtype_name: str) -> None:
     """Run in a fresh process: print the peak MiB above the post-import resident set."""
     import transformers.models.dac.modeling_dac
@@ -151,11 +127,11 @@ def peak_child(side: str, row: str, folder: str, seconds: float, dtype_name: str
 
     dtype = getattr(torch, dtype_name)
     data = make_input(row, seconds, "cpu", dtype)
-    baseline = _status_mib("VmRSS")
+    baseline = status_mib("VmRSS")
     function = load(side, row, Path(folder), "cpu", dtype)
     with torch.inference_mode():
         function(data)
-    print(_status_mib("VmHWM") - baseline)
+    print(status_mib("VmHWM") - baseline)
 
 
 def peak_mib(side: str, row: str, folder: Path, args: argparse.Namespace) -> float:

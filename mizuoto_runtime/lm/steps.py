@@ -20,7 +20,7 @@ from mizuoto_runtime.lm.decoder import CausalDecoder, DecoderLayer, layer_forwar
 from mizuoto_runtime.lm.rope import Rotary
 from mizuoto_runtime.sampling import SamplingParams, hf_sample
 
-__all__ = ["DecoderSteps", "LayerSteps", "eager_reason", "graph_safe"]
+__all__ = ["DecoderSteps", "HeldCache", "LayerSteps", "eager_reason", "graph_safe"]
 
 
 def graph_safe(params: SamplingParams) -> bool:
@@ -59,10 +59,12 @@ def _runs_hooks(module: torch.nn.Module) -> bool:
     return bool(module._forward_pre_hooks or module._forward_hooks)
 
 
-class _Held:
+class HeldCache:
     """A BufferCache as a captured step sees it: the step writes the slots that the device-side
-    ``position`` names, and leaves the counters to ``DecoderSteps``, which moves them around each
-    replay (a replay cannot move a host counter, and warm-up runs must not move either)."""
+    ``position`` names, and leaves the counters to its caller (``DecoderSteps``, or an engine's
+    own captured step over ``inputs_embeds``), which moves them around each replay with
+    ``cache.begin`` / ``cache.advance`` (a replay cannot move a host counter, and warm-up runs
+    must not move either)."""
 
     static = True
 
@@ -117,7 +119,7 @@ class DecoderSteps:
         enabled: bool = True,
     ) -> None:
         self.cache = cache
-        held = _Held(cache)
+        held = HeldCache(cache)
         in_graph = params if params is not None and graph_safe(params) else None  # sampled here
         sample = in_graph is not None
         if in_graph is not None and in_graph.do_sample and generator is None:

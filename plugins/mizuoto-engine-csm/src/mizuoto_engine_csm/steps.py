@@ -17,52 +17,17 @@ from torch import Tensor
 
 from mizuoto_runtime.accel.graphs import Graphs
 from mizuoto_runtime.lm import BufferCache, CausalDecoder
-from mizuoto_runtime.lm.steps import eager_reason
+from mizuoto_runtime.lm.steps import HeldCache, eager_reason
 from mizuoto_sdk import RequestContext
 
 NAME = "csm.backbone"
-
-
-class _Held:
-    """A BufferCache as the captured step sees it: slots written where the device-side offset
-    says; the host counters are moved by ``BackboneSteps`` around each replay."""
-
-    static = True
-
-    def __init__(self, cache: BufferCache) -> None:
-        self._cache = cache
-
-    @property
-    def length(self) -> int:
-        return self._cache.length
-
-    @property
-    def offset(self) -> Tensor:
-        return self._cache.offset
-
-    @property
-    def max_length(self) -> int:
-        return self._cache.max_length
-
-    @property
-    def rope(self) -> object:
-        return self._cache.rope
-
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        return self._cache.update(layer, k, v)
-
-    def begin(self, new: int) -> None:
-        pass
-
-    def advance(self, new: int) -> None:
-        pass
 
 
 class BackboneSteps:
     """``steps(x [1, 1, hidden], position)`` -> the final-norm hidden state [1, 1, hidden]."""
 
     def __init__(self, backbone: CausalDecoder, cache: BufferCache, *, enabled: bool) -> None:
-        held = _Held(cache)
+        held = HeldCache(cache)
         self.cache = cache
 
         def step(x: Tensor, positions: Tensor) -> Tensor:

@@ -12,19 +12,28 @@ it first (a form, ``fetch`` in ``no-cors`` mode, ``sendBeacon``), but only with 
 other type makes the browser ask the server first (a CORS preflight), which this server never
 allows. So every request that changes something (any method but GET, HEAD and OPTIONS) must
 carry another type (the API's are ``application/json`` and ``audio/wav``), and a browser's
-``Origin`` header, when there is one, must name this server itself.
+``Origin`` header, when there is one, must name this server itself. The convert and edit uploads
+are ``multipart/form-data``, a form's type: they pass only with a header no form can set
+(``Authorization``, or ``X-Mizuoto-Client`` as the page sends), which a browser also asks first.
+
+A browser opens a WebSocket to any address without asking first, so a WebSocket handshake gets
+the same Host and token rules and its ``Origin``, when there is one, must name this server; a
+refused handshake is closed (1008) before it is accepted, which the ASGI server answers as a 403.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import logging
 from http.cookies import SimpleCookie
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
 
 COOKIE = "mizuoto_token"
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -33,10 +42,15 @@ FORM_TYPES = frozenset(
     {"application/x-www-form-urlencoded", "multipart/form-data", "text/plain", ""}
 )
 """Body types a page elsewhere can send without the server's leave ("": no type at all)."""
+CLIENT_HEADER = "x-mizuoto-client"
+"""A header no form sets: with it (or ``Authorization``), a multipart upload is a program's."""
+POLICY = 1008
+"""The WebSocket close code of a connection this server refuses."""
 
 
 class Access:
-    """ASGI middleware: refuses a request before it reaches the app, as a JSON error."""
+    """ASGI middleware: refuses a request before it reaches the app, as a JSON error (a
+    WebSocket handshake: closed with ``POLICY`` before it is accepted)."""
 
     def __init__(self, app: ASGIApp, *, token: str | None, loopback: bool) -> None:
         self.app = app
@@ -44,10 +58,13 @@ class Access:
         self.loopback = loopback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._handshake(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = _headers(scope)
         if self.loopback and _host_name(headers.get("host", "")) not in LOOPBACK_NAMES:
             await _refuse(
                 send,
@@ -86,6 +103,24 @@ class Access:
             {},
         )
 
+    async def _handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket connection: passed on, or refused before it is accepted."""
+        headers = _headers(scope)
+        refusal = None
+        if self.loopback and _host_name(headers.get("host", "")) not in LOOPBACK_NAMES:
+            refusal = f"host: {headers.get('host', '')!r} is not a loopback name"
+        elif not _own_origin(headers):
+            refusal = f"origin: {headers['origin']!r} is another site"
+        elif self.token is not None and not self._carries_token(headers):
+            refusal = "the token is missing: send 'Authorization: Bearer <token>'"
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        log.info("WebSocket %s refused: %s", scope.get("path", ""), refusal)
+        message = await receive()  # websocket.connect: the handshake waits for the answer
+        if message["type"] == "websocket.connect":
+            await send({"type": "websocket.close", "code": POLICY, "reason": refusal[:120]})
+
     def _carries_token(self, headers: dict[str, str]) -> bool:
         scheme, _, offered = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and self._matches(offered.strip()):
@@ -110,29 +145,43 @@ def _cross_site(
     if method.upper() in SAFE_METHODS:
         return None
     origin = headers.get("origin")
-    if origin is not None:
-        parts = urlsplit(origin)
-        own = parts.scheme in ("http", "https") and parts.netloc.lower() == (
-            headers.get("host", "").lower()
+    if origin is not None and not _own_origin(headers):
+        return (
+            403,
+            "forbidden",
+            f"origin: this server acts only on requests from its own page, not from {origin!r}",
+            {"field": "origin", "origin": origin},
         )
-        if not own:
-            return (
-                403,
-                "forbidden",
-                f"origin: this server acts only on requests from its own page, not from {origin!r}",
-                {"field": "origin", "origin": origin},
-            )
     given = headers.get("content-type", "")
-    if given.partition(";")[0].strip().lower() in FORM_TYPES:
+    kind = given.partition(";")[0].strip().lower()
+    if kind == "multipart/form-data" and ("authorization" in headers or CLIENT_HEADER in headers):
+        return None  # a header no form sets: a program's upload, or the page's
+    if kind in FORM_TYPES:
         return (
             415,
             "unsupported_media_type",
             f"content-type: {given or 'none'} is what a form on any web page can send; a "
             "request that changes something must say application/json (the voices upload: "
-            "audio/wav)",
+            "audio/wav; the convert and edit uploads: multipart/form-data with an "
+            "Authorization or X-Mizuoto-Client header)",
             {"field": "content-type", "content_type": given},
         )
     return None
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _own_origin(headers: dict[str, str]) -> bool:
+    """Whether the ``Origin`` header is absent (not a browser) or names this server itself."""
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and parts.netloc.lower() == (
+        headers.get("host", "").lower()
+    )
 
 
 def _host_name(host: str) -> str:

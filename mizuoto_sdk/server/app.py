@@ -139,7 +139,7 @@ def create_app(
     _errors(app, answer)
     _routes(app, service, version, voices, app.state.feeds)
     app.include_router(openai_routes(service, app.state.feeds, voices, STATUS))
-    app.include_router(websocket_routes(service, app.state.feeds, token=token, loopback=loopback))
+    app.include_router(websocket_routes(service, app.state.feeds))
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
     return app
 

@@ -9,21 +9,17 @@ host's engines read their text whole, so the text is cut into sentences as it co
 (``split_sentences``: a sentence is finished once text after it has begun) and each finished
 sentence is synthesized while the rest arrives, one after the other, with the same params; the
 audio of each sentence is the host's synthesis of that sentence. Closing the socket cancels the
-call that runs. The route checks what ``access.py`` checks of an HTTP request (the Host header
-on loopback, the token, another site's ``Origin``), since that middleware passes WebSocket
-connections through: a browser opens a WebSocket to any address without asking it first.
+call that runs. ``access.py`` has checked the handshake (the Host header on loopback, the token,
+another site's ``Origin``) before the route sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 from collections.abc import Awaitable
-from http.cookies import SimpleCookie
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.concurrency import run_in_threadpool
@@ -32,31 +28,22 @@ from mizuoto_runtime.text import split_sentences
 from mizuoto_sdk.audio import pcm16
 from mizuoto_sdk.errors import InvalidRequest, Unsupported
 from mizuoto_sdk.host import EngineRequest, RuntimeService
-from mizuoto_sdk.server.access import COOKIE, LOOPBACK_NAMES
 from mizuoto_sdk.server.answers import public_error
 from mizuoto_sdk.server.stream import Feeds
 
 log = logging.getLogger(__name__)
 
 PATH = "/api/v1/synthesize/stream"
-POLICY = 1008  # the WebSocket close code of a connection this server refuses
 _END = None
 _T = TypeVar("_T")
 
 
-def websocket_routes(
-    service: RuntimeService, feeds: Feeds, *, token: str | None, loopback: bool
-) -> APIRouter:
-    """The route over ``service``, with the server's ``token`` and ``loopback`` rules."""
+def websocket_routes(service: RuntimeService, feeds: Feeds) -> APIRouter:
+    """The route over ``service`` (``access.Access`` checks who may open it)."""
     router = APIRouter()
 
     @router.websocket(PATH)
     async def synthesize_stream(socket: WebSocket) -> None:
-        refusal = _refusal(dict(socket.headers), token, loopback)
-        if refusal is not None:
-            log.info("WebSocket refused: %s", refusal)
-            await socket.close(POLICY, refusal[:120])
-            return
         await socket.accept()
         sentences: asyncio.Queue[str | None] = asyncio.Queue()
         calls: list[EngineRequest] = []
@@ -199,30 +186,3 @@ async def _fail(socket: WebSocket, error: BaseException) -> None:
         await socket.close()
     except Exception:  # the client is gone already
         pass
-
-
-def _refusal(headers: dict[str, str], token: str | None, loopback: bool) -> str | None:
-    """Why ``access.py`` would refuse this connection, or None."""
-    host = headers.get("host", "")
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    name = host.split("]", 1)[0] + "]" if host.startswith("[") else name
-    if loopback and name not in LOOPBACK_NAMES:
-        return f"host: {host!r} is not a loopback name"
-    origin = headers.get("origin")
-    if origin is not None:
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or parts.netloc.lower() != host.lower():
-            return f"origin: {origin!r} is another site"
-    if token is None:
-        return None
-    scheme, _, offered = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(offered.strip().encode(), token.encode()):
-        return None
-    cookies = SimpleCookie()
-    try:
-        cookies.load(headers.get("cookie", ""))
-    except Exception:
-        return "the token is missing"
-    if COOKIE in cookies and hmac.compare_digest(cookies[COOKIE].value.encode(), token.encode()):
-        return None
-    return "the token is missing"

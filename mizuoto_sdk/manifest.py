@@ -228,6 +228,10 @@ class EngineManifest:
     An engine around a library that is not thread-safe declares 1: every host (inline, worker,
     agent, server) then queues the calls of each loaded model, a stream holding its turn from its
     first chunk to its end; a queued call's cancel and timeout still end it.
+    ``text_input=True`` says the streaming capability reads text streamed in
+    (``EngineRequest.text_input``, through ``mizuoto_runtime.text.streamed.sentences``): servers
+    then feed it the pieces as they come instead of cutting the text into sentences themselves,
+    and the contract suite checks that text fed in pieces gives the whole text's audio.
     """
 
     id: str = attrs.field(validator=_matches(_ID, "my-engine"))
@@ -250,6 +254,7 @@ class EngineManifest:
     parallel_domains: tuple[str, ...] = attrs.field(default=(), converter=_parallel_domains)
     max_concurrency: int | None = attrs.field(default=None, validator=_check_max_concurrency)
     deterministic: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    text_input: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     def model(self, model_id: str | None) -> ModelEntry:
         """The entry for ``model_id`` (None: the first one); unknown ids name the known ones."""

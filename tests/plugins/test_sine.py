@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 
 import numpy as np
@@ -80,3 +82,45 @@ def test_text_longer_than_the_declared_limit_is_refused_before_any_work(sine, le
     assert (caught.value.detail["field"], caught.value.detail["limit"]) == ("text", limit)
     chunks, _ = audio(sine, ("abc " * 250)[:limit], seed=0)
     assert len(chunks) == 250
+
+
+def fed(*pieces):
+    """A text input holding ``pieces`` and its end."""
+    feed = queue.Queue()
+    for piece in (*pieces, None):
+        feed.put(piece)
+    return feed
+
+
+def test_text_streamed_in_pieces_gives_the_whole_texts_tones(sine):
+    text = "Hello big world. Then one more! Last words"
+    _, whole = audio(sine, text, seed=5)
+    cut = [text[:3], text[3:17], text[17:30], text[30:]]  # mid-word and mid-sentence
+    # The host wants some text to start with: the first piece, the rest streamed after it.
+    request = EngineRequest(params={"seed": 5}, text_input=fed(*cut[1:]))
+    chunks = list(sine.synthesize(cut[0], request))
+    assert [c.metadata["word"] for c in chunks] == text.split()
+    assert np.array_equal(np.concatenate([c.samples for c in chunks]), whole)
+
+
+def test_streamed_text_is_spoken_before_it_ends_and_a_cancel_ends_the_wait(sine):
+    feed = queue.Queue()
+    request = EngineRequest(params={"seed": 0}, text_input=feed)
+    stream = sine.synthesize("First", request)
+    feed.put(" sentence. Sec")
+    assert next(stream).metadata["word"] == "First"  # the rest of the text has not come
+    assert next(stream).metadata["word"] == "sentence."
+    threading.Timer(0.1, request.cancel).start()
+    started = time.perf_counter()
+    with pytest.raises(CancelledError):
+        next(stream)
+    assert time.perf_counter() - started < 2
+
+
+def test_streamed_text_past_the_limit_or_without_words_is_refused(sine):
+    with pytest.raises(EngineError) as caught:
+        list(sine.synthesize("abc. ", EngineRequest(text_input=fed(*["abc. "] * 200))))
+    assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")
+    with pytest.raises(EngineError) as caught:
+        list(sine.synthesize(".", EngineRequest(text_input=fed(" ", "!\n"))))
+    assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")

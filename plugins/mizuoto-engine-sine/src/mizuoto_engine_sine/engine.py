@@ -2,7 +2,8 @@
 
 Pitches jitter slightly, drawn from the request's generator, so that a seed means something: the
 same seed gives the same bytes, another seed other bytes. torch is imported inside the methods,
-never at module level, so that importing this module stays cheap.
+never at module level, so that importing this module stays cheap. Text streamed in
+(``ctx.text_input``, declared ``text_input=True``) is spoken as its sentences finish.
 
 The text is bounded (``MAX_TEXT_CHARACTERS``, declared in ``describe()``): audio and memory grow
 with every character, so a request larger than any sentence is refused before any work.
@@ -51,26 +52,26 @@ class LoadedSine(LoadedEngine):
     def synthesize(
         self, text: str, params: Mapping[str, object], ctx: RequestContext
     ) -> Iterator[AudioChunk]:
-        if len(text) > MAX_TEXT_CHARACTERS:
-            raise InvalidRequest(
-                f"text: {len(text)} characters is more than this engine's "
-                f"{MAX_TEXT_CHARACTERS}; split it and synthesize each part",
-                {"field": "text", "limit": MAX_TEXT_CHARACTERS},
-            )
-        words = text.split()
-        if not words:
-            raise InvalidRequest(
-                "text: is empty; give the words to turn into tones", {"field": "text"}
-            )
+        from mizuoto_runtime.text.streamed import sentences
+
         speed = cast(
             float, params["speed"]
         )  # checked by the host against the manifest's declaration
         generator = ctx.generator_for(self.device)
-        for index, word in enumerate(words):
-            ctx.check_cancel()
-            samples = self._word(word, float(speed), generator)
-            ctx.progress(index + 1, len(words))
-            yield AudioChunk(samples, SAMPLE_RATE, {"word": word})
+        # The text, or the pieces streamed in after it (ctx.text_input), sentence by sentence;
+        # words never straddle two sentences, so the words are those of the whole text.
+        spoken = 0
+        for sentence in sentences(text, ctx, max_characters=MAX_TEXT_CHARACTERS):
+            for word in sentence.split():
+                ctx.check_cancel()
+                samples = self._word(word, float(speed), generator)
+                spoken += 1
+                ctx.progress(spoken, None if ctx.text_input is not None else len(text.split()))
+                yield AudioChunk(samples, SAMPLE_RATE, {"word": word})
+        if not spoken:
+            raise InvalidRequest(
+                "text: is empty; give the words to turn into tones", {"field": "text"}
+            )
 
     def _word(self, word: str, speed: float, generator: torch.Generator) -> torch.Tensor:  # [n]
         import torch

@@ -14,6 +14,7 @@ def mizuoto_engines() -> list[EngineManifest]:
             capabilities=["synthesize"],
             dtypes=["float32"],
             stochastic=True,
+            text_input=True,
             params=[
                 Param(
                     "speed",

@@ -4,7 +4,9 @@
 each into ids as ``VitsTokenizer`` would (tokenizer.py) and runs the model on it (model.py),
 yielding each sentence's audio as soon as it exists. One request generator serves every
 sentence in order, so a one-sentence text gives upstream's waveform for the seed, and a longer
-one gives the same audio each time for the seed.
+one gives the same audio each time for the seed. Text streamed in (``ctx.text_input``, declared
+``text_input=True``) goes the same way as its sentences finish: fed in any pieces, it gives the
+audio of the joined text.
 
 This module is what the manifest's ``implementation`` names, so it imports neither torch nor the
 modules that do until a model is loaded.
@@ -12,7 +14,7 @@ modules that do until a model is loaded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, cast
 
@@ -36,6 +38,13 @@ if TYPE_CHECKING:
 
 MAX_TEXT_CHARS = 4000
 """The longest text one request may give (characters)."""
+
+
+def _nothing_to_say() -> InvalidRequest:
+    return InvalidRequest(
+        "text: has no character the model's vocabulary holds; give some words",
+        {"field": "text"},
+    )
 
 
 class VitsEngine(Engine):
@@ -102,28 +111,33 @@ class LoadedVits(LoadedEngine):
         import torch
 
         from mizuoto_engine_vits.model import DurationError
-        from mizuoto_runtime.text import split_sentences
+        from mizuoto_runtime.text.streamed import sentences
 
         controls = self._controls(SynthesisParams.from_params(params))
-        if not isinstance(text, str) or len(text) > MAX_TEXT_CHARS:
+        if not isinstance(text, str):
             raise InvalidRequest(
-                f"text: expected at most {MAX_TEXT_CHARS} characters, got "
-                f"{len(text) if isinstance(text, str) else type(text).__name__}",
-                {"field": "text"},
+                f"text: expected a string, got {type(text).__name__}", {"field": "text"}
             )
-        sentences = [(s, self.tokenizer.ids(s)) for s in split_sentences(text)]
-        sentences = [(s, ids) for s, ids in sentences if ids]
-        if not sentences:
-            raise InvalidRequest(
-                "text: has no character the model's vocabulary holds; give some words",
-                {"field": "text"},
-            )
+        # The text, or the pieces streamed in after it (ctx.text_input) as sentences finish;
+        # a whole text is read at once, so that the count is known and a bad one is refused
+        # before any work.
+        said: Iterable[tuple[str, list[int]]] = (
+            (s, self.tokenizer.ids(s)) for s in sentences(text, ctx, max_characters=MAX_TEXT_CHARS)
+        )
+        total = None
+        if ctx.text_input is None:
+            said = [(s, ids) for s, ids in said if ids]
+            total = len(said)
+            if not said:
+                raise _nothing_to_say()
         model = self.model
         duration_generator = ctx.generator_for("cpu")  # upstream's duration noise: CPU, always
         prior_generator = ctx.generator_for(model.device)
         rate = self.config.sampling_rate
-        ctx.applied["vits"] = {"sentences": len(sentences), **asdict(controls)}
-        for index, (sentence, ids) in enumerate(sentences):
+        spoken = 0
+        for sentence, ids in said:
+            if not ids:
+                continue
             ctx.check_cancel()
             batch = torch.tensor([ids], dtype=torch.long, device=model.device)
             try:
@@ -141,8 +155,12 @@ class LoadedVits(LoadedEngine):
                     f"params.speaking_rate: {error}; give a higher speaking_rate",
                     {"field": "params.speaking_rate"},
                 ) from None
-            ctx.progress(index + 1, len(sentences), "sentences")
+            spoken += 1
+            ctx.applied["vits"] = {"sentences": spoken, **asdict(controls)}
+            ctx.progress(spoken, total, "sentences")
             yield AudioChunk(wave[0].float().cpu().numpy(), rate, {"sentence": sentence})
+        if not spoken:
+            raise _nothing_to_say()
 
     def _controls(self, request: SynthesisParams) -> Controls:
         from mizuoto_engine_vits.model import Controls

@@ -27,6 +27,7 @@ def mizuoto_engines() -> list[EngineManifest]:
             devices=["cpu", "cuda", "mps", "xpu"],
             dtypes=["fp32", "bf16", "fp16"],
             stochastic=True,
+            text_input=True,
             params=PARAMS,
             description=(
                 "transformers' VitsModel (MMS-TTS) rebuilt from mizuoto_runtime blocks: the "

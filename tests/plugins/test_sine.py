@@ -117,10 +117,7 @@ def test_streamed_text_is_spoken_before_it_ends_and_a_cancel_ends_the_wait(sine)
     assert time.perf_counter() - started < 2
 
 
-def test_streamed_text_past_the_limit_or_without_words_is_refused(sine):
+def test_streamed_text_past_the_limit_is_refused(sine):
     with pytest.raises(EngineError) as caught:
         list(sine.synthesize("abc. ", EngineRequest(text_input=fed(*["abc. "] * 200))))
-    assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")
-    with pytest.raises(EngineError) as caught:
-        list(sine.synthesize(".", EngineRequest(text_input=fed(" ", "!\n"))))
     assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")

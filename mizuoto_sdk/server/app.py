@@ -10,10 +10,9 @@ JSON body.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,22 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from mizuoto_sdk.audio import parse_wav
-from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest, Unsupported
+from mizuoto_sdk.errors import EngineError, EngineUnavailable, InvalidRequest
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 from mizuoto_sdk.server.access import Access
 from mizuoto_sdk.server.answers import answer_class, jsonable, public_error
-from mizuoto_sdk.server.limits import REQUEST_TIMEOUT, BodyLimit
+from mizuoto_sdk.server.limits import BodyLimit
 from mizuoto_sdk.server.openai_api import openai_routes
 from mizuoto_sdk.server.outcomes import Outcomes
-from mizuoto_sdk.server.stream import Feeds, WavStream, first_chunk
+from mizuoto_sdk.server.stream import Feeds
+from mizuoto_sdk.server.uploads import (
+    WAV_TYPES,
+    check_request,
+    read_body,
+    stream_audio,
+    upload_routes,
+    with_seed,
+)
 from mizuoto_sdk.server.websocket import websocket_routes
 
 PAGE = Path(__file__).with_name("page")
@@ -68,7 +75,6 @@ _WAV_BODY: dict[str, Any] = {
         "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-WAV_TYPES = frozenset({"audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave"})
 _HTTP_CODES = {
     401: "unauthorized",
     404: "not_found",
@@ -133,11 +139,17 @@ def create_app(
         openapi_url="/openapi.json",
         default_response_class=answer,
     )
-    app.add_middleware(BodyLimit, own_limits=frozenset({f"{API}/voices"}))
+    app.add_middleware(
+        BodyLimit, own_limits=frozenset({f"{API}/voices", f"{API}/convert", f"{API}/edit"})
+    )
     app.add_middleware(Access, token=token, loopback=loopback)
     app.state.feeds = Feeds()
+    app.state.outcomes = Outcomes()
     _errors(app, answer)
     _routes(app, service, version, voices, app.state.feeds)
+    app.include_router(
+        upload_routes(service, app.state.feeds, app.state.outcomes, _open_for_work(app.state.feeds))
+    )
     app.include_router(openai_routes(service, app.state.feeds, voices, STATUS))
     app.include_router(websocket_routes(service, app.state.feeds))
     app.mount("/page", StaticFiles(directory=PAGE), name="page")
@@ -179,16 +191,24 @@ def _errors(app: FastAPI, answer: type[JSONResponse]) -> None:
         )
 
 
-def _routes(
-    app: FastAPI, service: RuntimeService, version: str, voices: Path, feeds: Feeds
-) -> None:
-    outcomes = Outcomes()
+def _open_for_work(feeds: Feeds) -> Callable[[], None]:
+    """A check that refuses new work once the server stops."""
 
-    def open_for_work() -> None:
+    def check() -> None:
         if feeds.stopping:
             raise EngineUnavailable(
                 "the server is stopping: it takes no new work", {"reason": "stopping"}
             )
+
+    return check
+
+
+def _routes(
+    app: FastAPI, service: RuntimeService, version: str, voices: Path, feeds: Feeds
+) -> None:
+    outcomes: Outcomes = app.state.outcomes
+
+    open_for_work = _open_for_work(feeds)
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -234,39 +254,16 @@ def _routes(
     @app.post(f"{API}/synthesize", responses=_WAV_RESPONSE)
     async def synthesize(body: SynthesisBody, request: Request) -> Response:
         """Audio as it is made (16-bit PCM mono WAV); a client that leaves cancels the request."""
-        started = time.perf_counter()
         open_for_work()
-        request_id = outcomes.begin(body.engine)
-        try:
-            model, call = await run_in_threadpool(_prepare, service, body)
-            outcomes.end(request_id, "streaming", model=model.name)
-            name = f"synthesize {model.name}"
-            feed = feeds.start(request_id, lambda: model.synthesize(body.text, call), call, name)
-            chunk = await first_chunk(feed, request.receive)
-            if chunk is None and not call.cancel_event.is_set():
-                raise InvalidRequest(
-                    f"text: engine {body.engine!r} produced no audio for it", {"field": "text"}
-                )
-        except Exception as error:
-            outcomes.end(request_id, "failed", error=public_error(error))
-            raise
-        if chunk is None:  # the client left: nobody reads this answer
-            outcomes.end(request_id, "cancelled")
-            return Response(status_code=STATUS["cancelled"])
-
-        def ended(state: str, chunks: int, error: BaseException | None) -> None:
-            failure = None if error is None else public_error(error)
-            outcomes.end(request_id, state, chunks=chunks, error=failure)
-
-        headers = {
-            "X-Mizuoto-Request": request_id,
-            "X-Mizuoto-Model": model.name,
-            "X-Mizuoto-Sample-Rate": str(chunk.sample_rate),
-            "X-Mizuoto-First-Chunk": f"{feed.first_chunk_seconds or 0.0:.6f}",
-            "X-Mizuoto-First-Byte": f"{time.perf_counter() - started:.6f}",
-            "Cache-Control": "no-store",
-        }
-        return WavStream(feed, chunk, headers, ended)
+        return await stream_audio(
+            request,
+            feeds,
+            outcomes,
+            body.engine,
+            lambda: _prepare(service, body),
+            lambda model, call: model.synthesize(body.text, call),
+            "text",
+        )
 
     @app.get(f"{API}/requests/{{request_id}}")
     def outcome(request_id: str) -> dict[str, Any]:
@@ -300,13 +297,13 @@ def _routes(
                 "'-', beginning with a letter or digit",
                 {"field": "name"},
             )
-        audio = await _recording(request)
+        audio = await read_body(request, MAX_RECORDING, WAV_TYPES, "the recording")
         folder = voices / engine / name
 
         def prepare() -> dict[str, Any]:
             recording = parse_wav(audio, "audio", "the request body")
             params: dict[str, Any] = {} if seed is None else {"seed": seed}
-            _check_request(service, engine, "prepare_voice", params, model)
+            check_request(service, engine, "prepare_voice", params, model)
             served = service.load(engine, model)
             result = served.prepare_voice(recording, folder, EngineRequest(params=params))
             voice = f"{engine}/{name}"  # found in the voices folder, one of voices.roots
@@ -316,74 +313,14 @@ def _routes(
         return answer
 
 
-async def _recording(request: Request) -> bytes:
-    """The request's body, refused as soon as it passes ``MAX_RECORDING`` bytes, or when
-    ``REQUEST_TIMEOUT`` seconds pass without a byte of it."""
-    given = request.headers.get("content-type", "")
-    if given.partition(";")[0].strip().lower() not in WAV_TYPES:
-        raise HTTPException(
-            415, f"content-type: the recording is sent as audio/wav, not {given or 'untyped'}"
-        )
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_RECORDING:
-        raise _too_long()
-    received = bytearray()
-    parts = request.stream().__aiter__()
-    while True:
-        try:
-            part = await asyncio.wait_for(parts.__anext__(), REQUEST_TIMEOUT)
-        except StopAsyncIteration:
-            return bytes(received)
-        except asyncio.TimeoutError:
-            raise HTTPException(
-                408, f"the recording stopped coming: nothing of it for {REQUEST_TIMEOUT:g} s"
-            ) from None
-        received += part
-        if len(received) > MAX_RECORDING:
-            raise _too_long()
-
-
-def _too_long() -> InvalidRequest:
-    return InvalidRequest(
-        f"audio: the recording is longer than {MAX_RECORDING // 2**20} MiB; send a shorter one",
-        {"field": "audio", "limit_bytes": MAX_RECORDING},
-    )
-
-
 def _prepare(service: RuntimeService, body: SynthesisBody) -> tuple[Any, EngineRequest]:
     """The model and the request of a synthesis, loaded and checked before the answer begins."""
-    params = dict(body.params)
-    if body.seed is not None:
-        if "seed" in params:
-            raise InvalidRequest(
-                "seed and params.seed both set the seed; give one of them", {"field": "seed"}
-            )
-        params["seed"] = body.seed
+    params = with_seed(body.params, body.seed)
     if not body.text.strip():
         raise InvalidRequest("text: is empty; give the words to synthesize", {"field": "text"})
-    _check_request(service, body.engine, "synthesize", params, body.model)
+    check_request(service, body.engine, "synthesize", params, body.model)
     model = service.load(body.engine, body.model, device=body.device)
     return model, EngineRequest(params=params)
-
-
-def _check_request(
-    service: RuntimeService,
-    engine: str,
-    capability: str,
-    params: dict[str, Any],
-    model: str | None,
-) -> None:
-    """Refuse a request the engine would refuse, before its model loads: a refused request must
-    cost no memory and no loading time (the host checks the same again when the call begins)."""
-    manifest = service.discovery.manifest(engine)
-    if capability not in manifest.capabilities:
-        raise Unsupported(
-            f"engine {engine!r} does not support {capability}; it supports "
-            f"{', '.join(manifest.capabilities)}",
-            {"capability": capability},
-        )
-    manifest.model(model)
-    manifest.check_params(params)
 
 
 def _unloadable(service: RuntimeService) -> set[str]:

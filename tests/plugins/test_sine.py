@@ -86,7 +86,7 @@ def test_text_longer_than_the_declared_limit_is_refused_before_any_work(sine, le
 
 def fed(*pieces):
     """A text input holding ``pieces`` and its end."""
-    feed = queue.Queue()
+    feed: queue.Queue[str | None] = queue.Queue()
     for piece in (*pieces, None):
         feed.put(piece)
     return feed
@@ -104,7 +104,7 @@ def test_text_streamed_in_pieces_gives_the_whole_texts_tones(sine):
 
 
 def test_streamed_text_is_spoken_before_it_ends_and_a_cancel_ends_the_wait(sine):
-    feed = queue.Queue()
+    feed: queue.Queue[str | None] = queue.Queue()
     request = EngineRequest(params={"seed": 0}, text_input=feed)
     stream = sine.synthesize("First", request)
     feed.put(" sentence. Sec")

@@ -9,6 +9,9 @@ draws from the request's generator. float32 on the CPU, compared with ``torch.eq
 from __future__ import annotations
 
 import json
+import queue
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +342,62 @@ def test_the_contract_passes_every_check():
     failed = [f"{r.id}: {r.status}\n{r.message}" for r in results if r.status != "passed"]
     assert not failed, "\n".join(failed)
     assert [r.id for r in results] == [check.id for check in ALL]
+
+
+def test_text_streamed_in_pieces_is_upstreams_audio_of_each_sentence(upstream, engines):
+    """Text fed through ctx.text_input, cut mid-word: the chunks are upstream's waveforms for
+    the joined text's sentences, as the whole text gives them, each as soon as it is finished."""
+    sentences = ["First one. ", "A second? ", "Yes!"]
+    text = "".join(sentences)
+    feed: queue.Queue[str | None] = queue.Queue()
+    seen: list[tuple[float, float | None]] = []
+    ctx = RequestContext(seed=11, progress=lambda done, total, _: seen.append((done, total)))
+    ctx.text_input = feed
+    loaded = engines["narrow-window"]
+    with torch.inference_mode():
+        stream = loaded.synthesize(text[:3], {}, ctx)
+        feed.put(text[3:13])  # "st one. A " ends the first sentence, the second goes on
+        first = next(stream)
+        assert seen == [(1, None)]  # spoken before the rest of the text came
+        for piece in (text[13:15], text[15:], None):
+            feed.put(piece)
+        got = [torch.from_numpy(c.samples) for c in (first, *stream)]
+    wants = theirs(upstream["narrow-window"], sentences, 11)
+    assert len(got) == 3
+    assert all(torch.equal(g, w) for g, w in zip(got, wants, strict=True))
+    assert all(torch.equal(g, w) for g, w in zip(got, ours(loaded, text, 11), strict=True))
+
+
+def test_text_streamed_through_the_host_equals_the_joined_text(host):
+    handle = host.load("vits")
+    text = "Hi there, Kim. How are you? Fine"
+    whole = [c.samples for c in handle.synthesize(text, EngineRequest(params={"seed": 4}))]
+    feed: queue.Queue[str | None] = queue.Queue()
+    for piece in (text[5:20], text[20:], None):
+        feed.put(piece)
+    request = EngineRequest(params={"seed": 4}, text_input=feed)
+    streamed = [c.samples for c in handle.synthesize(text[:5], request)]
+    assert np.array_equal(np.concatenate(streamed), np.concatenate(whole))
+    assert len(streamed) == 3 and request.applied["vits"]["sentences"] == 3
+
+
+def test_an_abandoned_text_input_ends_with_the_cancel(host):
+    feed: queue.Queue[str | None] = queue.Queue()
+    request = EngineRequest(params={"seed": 0}, text_input=feed)
+    stream = host.load("vits").synthesize("Hello", request)
+    threading.Timer(0.1, request.cancel).start()
+    started = time.perf_counter()
+    with pytest.raises(EngineError) as caught:
+        next(stream)
+    assert caught.value.code == "cancelled"
+    assert time.perf_counter() - started < 2
+
+
+def test_streamed_text_past_the_limit_names_the_field(host):
+    feed: queue.Queue[str | None] = queue.Queue()
+    for piece in ("x" * 3999, "yz", None):
+        feed.put(piece)
+    request = EngineRequest(params={"seed": 0}, text_input=feed)
+    with pytest.raises(EngineError) as caught:
+        list(host.load("vits").synthesize("a", request))
+    assert (caught.value.code, caught.value.detail["field"]) == ("invalid_request", "text")

@@ -3,7 +3,8 @@ extra: FastAPI and uvicorn), until Ctrl-C or SIGTERM.
 
 It listens on loopback unless told otherwise. Bound beyond loopback it checks a token on every
 request: the one in ``--token-file``, else a new random one, written into ``server.json`` (readable
-by its owner only) and shown in the page's address it prints.
+by its owner only) and shown in the page's address it prints. ``--tls-cert``/``--tls-key`` serve
+HTTPS; beyond loopback without them, it warns that the token travels in clear.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="require the secret in FILE on every request; default: none on loopback, a new "
         "random token (kept in server.json) on any other address",
     )
+    serve_.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="serve HTTPS with this certificate (PEM); server.json then says https:// and "
+        "names it, and the local commands trust it",
+    )
+    serve_.add_argument("--tls-key", type=Path, metavar="FILE", help="the certificate's key")
     add_set_option(serve_)
     serve_.set_defaults(handler=serve)
 
@@ -67,6 +76,7 @@ def serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise Usage(f"--port {args.port}: expected 0 to 65535")
     token = server_token(args.host, args.token_file)
+    tls = tls_files(args.tls_cert, args.tls_key)
     _writable_data_folder()
     settings = host_settings(args.set)
     lock = ServerLock()
@@ -89,6 +99,7 @@ def serve(args: argparse.Namespace) -> int:
             token=token,
             version=_version(),
             announce=_announce,
+            tls=tls,
         )
     finally:
         lock.release()
@@ -109,6 +120,21 @@ def server_token(host: str, token_file: Path | None) -> str | None:
             )
         return token.decode()
     return None if is_loopback(host) else secrets.token_urlsafe(32)
+
+
+def tls_files(cert: Path | None, key: Path | None) -> tuple[Path, Path] | None:
+    """The certificate and its key, checked to load together; None: no TLS."""
+    if (cert is None) != (key is None):
+        raise Usage("--tls-cert and --tls-key go together: give both, or neither")
+    if cert is None or key is None:
+        return None
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as error:
+        raise Usage(f"--tls-cert {cert} --tls-key {key}: cannot be loaded: {error}") from None
+    return cert, key
 
 
 def _announce(record: ServerRecord, path: Path) -> None:

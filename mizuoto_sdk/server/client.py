@@ -17,6 +17,7 @@ from mizuoto_sdk.errors import ERROR_CODES, EngineError, error_from_code
 from mizuoto_sdk.server.record import live_record, record_path
 
 if TYPE_CHECKING:
+    import ssl
     from http.client import HTTPConnection
 
     from mizuoto_sdk.server.record import ServerRecord
@@ -79,11 +80,16 @@ class ServerClient:
         return self._request("POST", path, json.dumps(dict(body)).encode(), timeout)
 
     def _connection(self, timeout: float) -> HTTPConnection:
-        """To the record's URL, which ``serve`` writes as an address this machine can reach."""
-        from http.client import HTTPConnection
+        """To the record's URL, which ``serve`` writes as an address this machine can reach;
+        over HTTPS trusting the certificate the record names, and only it."""
+        from http.client import HTTPConnection, HTTPSConnection
 
         parts = urlsplit(self.record.url)
-        return HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        if parts.scheme != "https":
+            return HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
+        return HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=timeout, context=trusting(self.record)
+        )
 
     def _request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> object:
         import http.client
@@ -116,6 +122,28 @@ class ServerClient:
                 )
             return document
         raise _error(method, path, status, document)
+
+
+def trusting(record: ServerRecord) -> ssl.SSLContext:
+    """A TLS client context that trusts the certificate ``record`` names, and nothing else.
+
+    The record is the server's own file, readable by its owner only, so the certificate it names
+    is the one the server shows: it is pinned (a trust anchor, even when it is not self-signed),
+    and the name it was issued for is not checked against the address, which for a server bound
+    to every interface is loopback. Without a certificate named, the system's trust store."""
+    import ssl
+
+    if record.tls_cert is None:
+        return ssl.create_default_context()
+    try:
+        context = ssl.create_default_context(cafile=record.tls_cert)
+    except (OSError, ssl.SSLError) as error:
+        raise ServerUnreachable(
+            record.url, f"its certificate {record.tls_cert} cannot be read: {error}"
+        ) from None
+    context.check_hostname = False
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
 
 
 def _error(method: str, path: str, status: int, document: object) -> Exception:

@@ -27,13 +27,14 @@ LOCK_FILE = "server.lock"
 class ServerRecord:
     """What ``server.json`` says about the server that wrote it."""
 
-    url: str  # "http://127.0.0.1:7370", no trailing slash
+    url: str  # "http://127.0.0.1:7370" ("https://" over TLS), no trailing slash
     host: str
     port: int
     pid: int
     version: str
     token: str | None  # set when the server checks a token on every request
     started: float  # time.time() when it started listening
+    tls_cert: str | None = None  # over TLS: the certificate's file, which local commands trust
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -79,6 +80,7 @@ def read_record(path: Path | None = None) -> ServerRecord | None:
             version=str(data["version"]),
             token=None if data.get("token") is None else str(data["token"]),
             started=float(data["started"]),
+            tls_cert=None if data.get("tls_cert") is None else str(data["tls_cert"]),
         )
     except (FileNotFoundError, NotADirectoryError):
         return None

@@ -77,10 +77,12 @@ def run_server(
     version: str,
     home: Path | None = None,
     announce: Callable[[ServerRecord, Path], None] | None = None,
+    tls: tuple[Path, Path] | None = None,
 ) -> None:
     """Serve ``service`` on ``sock`` until a signal stops the server, then close ``service``;
     ``server.json`` goes into ``home`` (default: the data folder) while it runs. ``announce`` is
-    told where it listens."""
+    told where it listens. ``tls``: (certificate, key) files, to serve HTTPS; the record then
+    says ``https://`` and names the certificate, which the local commands trust."""
     import uvicorn
 
     from mizuoto_sdk.server.app import create_app
@@ -92,14 +94,22 @@ def run_server(
         address = "::1" if sock.family == socket.AF_INET6 else "127.0.0.1"
     if ":" in address:
         address = f"[{address}]"
+    if not loopback and tls is None:
+        log.warning(
+            "serving on %s without TLS: the token, and every request, travel in clear; give "
+            "--tls-cert and --tls-key to serve HTTPS",
+            host,
+        )
+    scheme = "http" if tls is None else "https"
     record = ServerRecord(
-        url=f"http://{address}:{port}",
+        url=f"{scheme}://{address}:{port}",
         host=host,
         port=port,
         pid=os.getpid(),
         version=version,
         token=token,
         started=time.time(),
+        tls_cert=None if tls is None else os.fspath(tls[0].resolve()),
     )
     path = record_path(home)
     app = create_app(service, token=token, loopback=loopback, version=version, home=path.parent)
@@ -110,6 +120,8 @@ def run_server(
         timeout_graceful_shutdown=GRACE,
         lifespan="off",
         server_header=False,
+        ssl_certfile=None if tls is None else os.fspath(tls[0]),
+        ssl_keyfile=None if tls is None else os.fspath(tls[1]),
     )
     write_record(record, path)
     quiet = _QuietCuts()

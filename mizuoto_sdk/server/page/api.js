@@ -46,6 +46,22 @@ export async function postJson(path, body, signal = undefined) {
   return response.json();
 }
 
+// POST /convert or /edit: the WAV file and the JSON request as multipart/form-data. The
+// X-Mizuoto-Client header is what tells the server a form elsewhere did not send it.
+export async function upload(capability, request, file, signal) {
+  const body = new FormData();
+  body.append("audio", file, file.name || "audio.wav");
+  body.append("request", JSON.stringify(request));
+  const response = await fetch(`${BASE}/${capability}`, {
+    method: "POST",
+    headers: { Accept: "audio/wav", "X-Mizuoto-Client": "page" },
+    body,
+    signal,
+  });
+  if (!response.ok) throw await errorOf(response);
+  return response;
+}
+
 // POST /synthesize: the Response itself, whose body streams the WAV.
 export async function synthesize(request, signal) {
   const response = await fetch(BASE + "/synthesize", {

@@ -1,9 +1,10 @@
-// The page: pick an engine, synthesize, hear it while it streams, see what is loaded.
+// The page: pick an engine, synthesize (or convert or edit a WAV file), hear it while it
+// streams, see what is loaded.
 //
 // State for tests and scripts, without reading internals: the form's data-state (idle,
 // streaming, done, stopped, error) and window.mizuotoPage (the last synthesis's figures).
 
-import { ApiError, getJson, synthesize } from "./api.js";
+import { ApiError, getJson, synthesize, upload } from "./api.js";
 import { renderChoices, renderEngines, renderParams, unavailableReason } from "./form.js";
 import { StreamPlayer } from "./player.js";
 import { drawSpectrogram, Waveform } from "./plots.js";
@@ -19,6 +20,8 @@ const audio = $("#audio");
 const download = $("#download");
 const synthButton = $("#synthesize");
 const stopButton = $("#stop");
+const capabilitySelect = $("#capability");
+const TASKS = ["synthesize", "convert", "edit"];
 const waveform = new Waveform($("#waveform"));
 const player = new StreamPlayer();
 
@@ -89,7 +92,34 @@ function chooseEngine(engine) {
   readParams = renderParams($("#params"), engine);
   renderChoices($("#model"), engine.models, "(default)");
   renderChoices($("#device"), engine.devices, "(host's choice)");
+  capabilitySelect.replaceChildren();
+  for (const task of TASKS.filter((name) => (engine.capabilities || []).includes(name))) {
+    capabilitySelect.append(new Option(task, task));
+  }
+  showTask();
   setState(page.state === "streaming" ? "streaming" : "idle");
+}
+
+// The inputs of the chosen task: text to synthesize, audio to convert, both to edit.
+function showTask() {
+  const task = capabilitySelect.value || "synthesize";
+  $("#audio-in").hidden = task === "synthesize";
+  $("#text-in").hidden = task === "convert";
+  synthButton.textContent = task[0].toUpperCase() + task.slice(1);
+}
+
+// The chosen task's request, answered as a streamed WAV Response.
+function send(signal) {
+  const task = capabilitySelect.value || "synthesize";
+  if (task === "synthesize") return synthesize(request(), signal);
+  const file = $("#input-audio").files[0];
+  if (!file) {
+    throw new ApiError("invalid_request", "audio: choose a WAV file to " + task, {
+      field: "audio",
+    });
+  }
+  const { text, ...rest } = request();
+  return upload(task, task === "edit" ? { ...rest, text } : rest, file, signal);
 }
 
 function request() {
@@ -143,7 +173,7 @@ async function run(event) {
   let responded = false;
   try {
     await player.begin();
-    const response = await synthesize(request(), controller.signal);
+    const response = await send(controller.signal);
     responded = true;
     page.model = response.headers.get("X-Mizuoto-Model");
     page.requestId = response.headers.get("X-Mizuoto-Request");
@@ -248,6 +278,7 @@ const runtimePanel = new RuntimePanel($("#runtime"), {
 });
 
 form.addEventListener("submit", run);
+capabilitySelect.addEventListener("change", showTask);
 stopButton.addEventListener("click", stop);
 errorBox.querySelector(".dismiss").addEventListener("click", clearError);
 setState("idle");

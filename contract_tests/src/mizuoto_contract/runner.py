@@ -44,7 +44,7 @@ def engines_for(target: str, discovery: Discovery) -> list[str]:
     raise ContractUsageError(f"no engine or distribution {target!r}; engines: {', '.join(known)}")
 
 
-_TRAITS = ("streaming", "stochastic", "deterministic")
+_TRAITS = ("streaming", "stochastic", "deterministic", "text_input")
 """Needs that are traits of the manifest, not capabilities."""
 
 
@@ -56,6 +56,8 @@ def _needs_met(subject: Subject, check: Check) -> str | None:
             return "the engine does not declare itself stochastic"
         if need == "deterministic" and not subject.manifest.deterministic:
             return "the engine declares deterministic=False: its audio is not compared"
+        if need == "text_input" and not subject.manifest.text_input:
+            return "the engine does not declare text_input (it reads no text streamed in)"
         if need not in _TRAITS and need not in subject.manifest.capabilities:
             return f"the engine does not declare {need}"
     return None

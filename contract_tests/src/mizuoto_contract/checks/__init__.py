@@ -9,6 +9,7 @@ from mizuoto_contract.checks import (
     resources,
     state,
     streaming,
+    text_input,
 )
 from mizuoto_contract.registry import Check
 
@@ -18,6 +19,7 @@ ALL: tuple[Check, ...] = (
     *streaming.BASICS,
     *determinism.CHECKS,
     *streaming.CHECKS,
+    *text_input.CHECKS,
     *state.CHECKS,
     *resources.CHECKS,
     *errors.CHECKS,

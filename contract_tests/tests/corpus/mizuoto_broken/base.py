@@ -33,11 +33,23 @@ class BaseLoaded(LoadedEngine):
     def synthesize(
         self, text: str, params: Mapping[str, object], ctx: RequestContext
     ) -> Iterator[AudioChunk]:
-        words = self.words(text)
+        words = self.words(text) if ctx.text_input is None else self.streamed_words(text, ctx)
         generator = self.generator(ctx)
         for word in words:
             ctx.check_cancel()
             yield AudioChunk(self.render(word, generator), SAMPLE_RATE, {"word": word})
+
+    def streamed_words(self, text: str, ctx: RequestContext) -> Iterator[str]:
+        """The words of ``text`` and of the text streamed in after it, a sentence at a time."""
+        from mizuoto_runtime.text.streamed import sentences
+
+        spoken = 0
+        for sentence in sentences(text, ctx):
+            for word in sentence.split():
+                spoken += 1
+                yield word
+        if not spoken:
+            self.words("")
 
     def words(self, text: str) -> list[str]:
         words = text.split()

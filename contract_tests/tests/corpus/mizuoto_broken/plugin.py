@@ -14,11 +14,11 @@ from mizuoto_sdk import EngineManifest, hookimpl
 @hookimpl
 def mizuoto_engines() -> list[EngineManifest]:
     return [
-        manifest("corpus-good", BASE),
-        manifest("corpus-strict", "mizuoto_broken.strict:Engine"),
+        manifest("corpus-good", BASE, text_input=True),
+        manifest("corpus-strict", "mizuoto_broken.strict:Engine", text_input=True),
         # The good engine, told by its manifest to be checked on one word: too short to cancel.
         manifest("corpus-one-word", BASE, sample_text="Hello."),
-        manifest("corpus-counted", "mizuoto_broken.counted:Engine"),
+        manifest("corpus-counted", "mizuoto_broken.counted:Engine", text_input=True),
         # A backend that cannot be reproducible, and says so: every other check must pass.
         manifest(
             "corpus-nondeterministic", "mizuoto_broken.nondeterministic:Engine", deterministic=False
@@ -68,6 +68,9 @@ def mizuoto_engines() -> list[EngineManifest]:
         broken("stream.cancel", variant="used"),
         broken("stream.timeout"),
         broken("stream.reuse_after_abort"),
+        broken("text_input.same_audio", text_input=True),
+        broken("text_input.before_the_end", text_input=True),
+        broken("text_input.abandoned", text_input=True),
         broken("globals.untouched"),
         broken("globals.untouched", variant="environ"),
         broken("globals.untouched", variant="gc"),

@@ -7,14 +7,18 @@ import io
 import json
 import struct
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 from server_support import SERVING_SITE, RunningServer
 
+from mizuoto_sdk import AudioChunk, Engine, EngineManifest, LoadedEngine, ModelEntry, hookimpl
 from mizuoto_sdk.audio import UNKNOWN_SIZE, parse_wav, pcm16, write_wav
+from mizuoto_sdk.discovery import Discovery
 from mizuoto_sdk.host import EngineRequest, RuntimeService
 
 CLIENT = {"X-Mizuoto-Client": "test"}  # a header no form sets: what lets a multipart body in
@@ -161,3 +165,66 @@ def test_an_upload_past_the_limit_is_refused_before_it_is_read_whole(
             answer = client.post("/api/v1/convert", content=content, headers=headers)
     assert answer.status_code == 400, answer.text
     assert answer.json()["detail"] == {"field": "audio", "limit_bytes": 1000}
+
+
+class Editor(Engine):
+    """An engine that edits: the audio scaled by the number of words, in two chunks, plus seeded
+    noise (so the seed matters)."""
+
+    def load(self, spec: Any, runtime: Any, ctx: Any) -> LoadedEngine:
+        return LoadedEditor()
+
+
+class LoadedEditor(LoadedEngine):
+    def describe(self) -> Mapping[str, object]:
+        return {}
+
+    def edit(
+        self, audio: AudioChunk, text: str, params: Mapping[str, object], ctx: Any
+    ) -> Iterator[AudioChunk]:
+        samples = np.asarray(audio.samples, np.float32) * len(text.split()) * 0.1
+        samples = samples + ctx.rng.standard_normal(samples.shape).astype(np.float32) * 0.01
+        half = samples.shape[-1] // 2
+        for part in (samples[:half], samples[half:]):
+            yield AudioChunk(part, audio.sample_rate)
+
+
+class EditorPlugin:
+    @hookimpl
+    def mizuoto_engines(self) -> list[EngineManifest]:
+        return [
+            EngineManifest(
+                id="editor",
+                implementation=f"{__name__}:Editor",
+                models=[ModelEntry("default")],
+                capabilities=["edit"],
+                devices=["cpu"],
+                stochastic=True,
+                uses_torch=False,
+            )
+        ]
+
+
+def test_edit_streams_what_the_hosts_edit_makes(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from mizuoto_sdk.server.app import create_app
+
+    discovery = Discovery(
+        plugins={"editor-dist": EditorPlugin()}, entry_points=False, selection=None
+    )
+    recording = wav_file()
+    files = {
+        "audio": ("in.wav", recording, "audio/wav"),
+        "request": (None, json.dumps({"engine": "editor", "text": "say it twice", "seed": 3})),
+    }
+    with RuntimeService({"engines.editor.deployment": "inline"}, discovery) as service:
+        request = EngineRequest(params={"seed": 3})
+        chunks = list(service.load("editor").edit(parse_wav(recording), "say it twice", request))
+        app = create_app(service, home=tmp_path)
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            answer = client.post("/api/v1/edit", files=files, headers=CLIENT)
+            assert answer.status_code == 200, answer.text
+            outcome = client.get(f"/api/v1/requests/{answer.headers['x-mizuoto-request']}")
+    assert pcm_of(answer.content) == (16000, pcm16(np.concatenate([c.samples for c in chunks])))
+    assert outcome.json()["state"] == "done" and outcome.json()["chunks"] == 2

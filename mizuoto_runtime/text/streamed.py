@@ -55,6 +55,9 @@ def sentences(
     pending = text
     received = len(text)
     while True:
+        *finished, pending = split_sentences(pending) or [""]
+        for sentence in finished:
+            yield from _cut(sentence, max_length)
         piece = _next_piece(feed, ctx)
         if piece is None:
             break
@@ -67,12 +70,6 @@ def sentences(
         received += len(piece)
         _check_size(received, max_characters)
         pending += piece
-        pieces = split_sentences(pending)
-        if len(pieces) < 2:
-            continue
-        for finished in pieces[:-1]:
-            yield from _cut(finished, max_length)
-        pending = pieces[-1]
     yield from split_sentences(pending, max_length)
 
 

@@ -52,6 +52,11 @@ def test_without_a_text_input_it_is_split_sentences():
     assert list(sentences(TEXTS[0], ctx)) == split_sentences(TEXTS[0])
 
 
+def test_the_start_texts_finished_sentences_come_before_any_piece():
+    read = sentences("One. Two. Thr", RequestContext(seed=0, text_input=queue.Queue()))
+    assert [next(read), next(read)] == ["One. ", "Two. "]  # nothing was fed yet
+
+
 def test_a_finished_sentence_comes_before_the_end_of_the_text():
     feed: queue.Queue[str | None] = queue.Queue()
     read = sentences("First one. Sec", RequestContext(seed=0, text_input=feed))

@@ -4,10 +4,13 @@
 ``describe`` answers ``info`` with one TTS program per engine, whose voices are ``ENGINE`` (its
 own voice) and ``ENGINE:VOICE`` (``openai_voices``). ``synthesize`` answers ``audio-start``, an
 ``audio-chunk`` of 16-bit mono PCM at the engine's rate as each chunk comes, and ``audio-stop``.
-The streaming events feed text in: the host's engines read their text whole, so the text of
-``synthesize-chunk`` events is cut into sentences as it comes (``split_sentences``) and each
-finished sentence is spoken (its own audio-start ... audio-stop, as wyoming-piper does) while the
-rest arrives; ``synthesize-stop`` speaks what is left and answers ``synthesize-stopped``. The
+The streaming events feed text in. An engine that declares ``text_input=True`` gets one call,
+started with the first chunk that has a word, whose ``EngineRequest.text_input`` carries the
+later chunks' text (one audio-start ... audio-stop for it all). Other engines read their text
+whole, so the text of ``synthesize-chunk`` events is cut into sentences as it comes
+(``split_sentences``) and each finished sentence is spoken (its own audio-start ... audio-stop,
+as wyoming-piper does) while the rest arrives. ``synthesize-stop`` ends the text, speaks what
+is left and answers ``synthesize-stopped``. The
 ``synthesize`` that Home Assistant sends inside a streamed request, the same text again, is not
 spoken twice. A failure is an ``error`` event with the registry's code.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import signal
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -151,6 +155,9 @@ class SpeechHandler(AsyncEventHandler):
         self._gone = False
         self._streamed: SynthesizeVoice | bool | None = False  # False: no streamed request open
         self._text = ""
+        # A streamed request to an engine that reads text_input: None until its call starts.
+        self._reads_input = False
+        self._feed: queue.Queue[str | None] | None = None
 
     async def handle_event(self, event: Event) -> bool:
         if Describe.is_type(event.type):
@@ -159,15 +166,27 @@ class SpeechHandler(AsyncEventHandler):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif SynthesizeStart.is_type(event.type):
             self._streamed, self._text = SynthesizeStart.from_event(event).voice, ""
+            self._reads_input, self._feed = self._text_input(self._streamed), None
         elif SynthesizeChunk.is_type(event.type) and self._streamed is not False:
             self._text += SynthesizeChunk.from_event(event).text
-            *finished, self._text = split_sentences(self._text) or [""]
-            for sentence in finished:
-                self._queue(self._speak, sentence, self._streamed)
+            if self._feed is not None:
+                self._feed.put(self._text)
+                self._text = ""
+            elif self._reads_input and self._text.strip():
+                self._feed = queue.Queue()  # the call starts with the text so far
+                self._queue(self._speak, self._text, self._streamed, self._feed)
+                self._text = ""
+            elif not self._reads_input:
+                *finished, self._text = split_sentences(self._text) or [""]
+                for sentence in finished:
+                    self._queue(self._speak, sentence, self._streamed)
         elif SynthesizeStop.is_type(event.type) and self._streamed is not False:
-            self._queue(self._speak, self._text, self._streamed)
+            if self._feed is not None:
+                self._feed.put(None)  # the text has ended: the call speaks what is left
+            else:
+                self._queue(self._speak, self._text, self._streamed)
             self._queue(self._stopped)
-            self._streamed, self._text = False, ""
+            self._streamed, self._text, self._feed = False, "", None
         elif Synthesize.is_type(event.type) and self._streamed is False:
             asked = Synthesize.from_event(event)
             self._queue(self._speak, asked.text, asked.voice)
@@ -193,19 +212,34 @@ class SpeechHandler(AsyncEventHandler):
 
         self._work = asyncio.create_task(after())
 
+    def _text_input(self, voice: SynthesizeVoice | None) -> bool:
+        """Whether the engine of ``voice`` reads text streamed in (an unknown voice: no, and
+        the request's failure names it when it is spoken)."""
+        try:
+            engine, _ = self.speakers.request(voice)
+        except InvalidRequest:
+            return False
+        return self.speakers.engines[engine].text_input
+
     async def _stopped(self) -> None:
         await self.write_event(SynthesizeStopped().event())
 
     async def _step(self, function: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
 
-    async def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
+    async def _speak(
+        self,
+        text: str,
+        voice: SynthesizeVoice | None,
+        text_input: queue.Queue[str | None] | None = None,
+    ) -> None:
+        """Speak ``text``, then what ``text_input`` (if any) carries until its end."""
         if not text.strip():
             return
         stream: Iterator[Any] | None = None
         try:
             engine, params = self.speakers.request(voice)
-            self._call = call = EngineRequest(params=params)
+            self._call = call = EngineRequest(params=params, text_input=text_input)
             model = await self._step(self.speakers.service.load, engine)
             stream = iter(model.synthesize(text, call))
             sent = 0  # samples, for the timestamps

@@ -116,6 +116,7 @@ def _row(record: EngineRecord) -> EngineRow:
         "deterministic": manifest.deterministic if manifest else None,
         "api_version": manifest.api_version if manifest else None,
         "uses_torch": manifest.uses_torch if manifest else None,
+        "text_input": manifest.text_input if manifest else None,
         "entry_point": record.entry_point,
         "error": record.error,
     }

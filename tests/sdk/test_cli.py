@@ -51,6 +51,7 @@ def test_engines_json_lists_sine_ok_beside_a_broken_plugin(tmp_path):
     rows = {row["id"]: row for row in json.loads(done.stdout)}
     assert rows["sine"]["status"] == "ok"
     assert rows["sine"]["distribution"] == "mizuoto-engine-sine"
+    assert (rows["sine"]["text_input"], rows["codeclm"]["text_input"]) == (True, False)
     assert rows["raises"]["status"] == "failed"
     assert rows["raises"]["distribution"] == "mizuoto-fixture-import-fails"
     assert "RuntimeError: no such backend" in rows["raises"]["error"]

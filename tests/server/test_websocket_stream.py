@@ -41,7 +41,7 @@ def rest_of_stream(socket: ClientConnection) -> tuple[bytes, dict[str, object]]:
             return pcm, json.loads(message)
 
 
-def test_audio_starts_before_the_text_ends_and_each_sentence_is_the_hosts(
+def test_audio_starts_before_the_text_ends_and_is_the_hosts_of_the_joined_text(
     server: RunningServer,
 ) -> None:
     params = {"seed": 3, "speed": 2.0}
@@ -56,8 +56,23 @@ def test_audio_starts_before_the_text_ends_and_each_sentence_is_the_hosts(
         socket.send(json.dumps({"end": True}))
         pcm, last = rest_of_stream(socket)
     assert last == {"done": True}
+    # sine declares text_input: one call, fed the pieces, gives the joined text's audio
+    assert first + pcm == host_pcm("sine", "Hello there. How are you?", params)
+
+
+def test_an_engine_without_text_input_speaks_each_finished_sentence(server: RunningServer) -> None:
+    params = {"seed": 3, "max_frames": 4}
+    with connect(ws_url(server)) as socket:
+        socket.send(json.dumps({"engine": "codeclm", "params": params}))
+        socket.send(json.dumps({"text": "Hello there. How"}))
+        json.loads(socket.recv(timeout=TIMEOUT))
+        first = socket.recv(timeout=TIMEOUT)  # the first sentence speaks before the rest comes
+        assert isinstance(first, bytes) and first
+        socket.send(json.dumps({"text": " are you?", "end": True}))
+        pcm, last = rest_of_stream(socket)
+    assert last == {"done": True}
     sentences = ["Hello there. ", "How are you?"]
-    assert first + pcm == b"".join(host_pcm("sine", s, params) for s in sentences)
+    assert first + pcm == b"".join(host_pcm("codeclm", s, params) for s in sentences)
 
 
 def test_a_bad_request_is_an_error_message(server: RunningServer) -> None:

@@ -39,6 +39,7 @@ class EngineRow(TypedDict):
     deterministic: bool | None
     api_version: str | None
     uses_torch: bool | None
+    text_input: bool | None
     entry_point: str
     error: str | None
 

@@ -30,5 +30,5 @@ def test_two_calls_at_once_take_each_others_words(corpus):
 def test_the_same_engine_declaring_max_concurrency_1_passes_every_check(corpus):
     results = run_contract(SERIALISED, discovery=corpus)
     assert [r.id for r in results] == meta.CHECK_IDS
-    failed = [r for r in results if r.status != "passed"]
+    failed = [r for r in results if r.status != "passed" and not r.capability_skip]
     assert not failed, f"{SERIALISED} should pass every check:\n{_table(failed)}"

@@ -55,4 +55,10 @@ class CheckResult:
         return self.status == "skipped" and not self.capability_skip
 
     def to_dict(self) -> dict[str, object]:
-        return {"id": self.id, "status": self.status, "rule": self.rule, "message": self.message}
+        return {
+            "id": self.id,
+            "status": self.status,
+            "rule": self.rule,
+            "message": self.message,
+            "capability_skip": self.capability_skip,
+        }

@@ -61,9 +61,11 @@ def assert_report_schema(report: dict) -> None:
     for engine in report["engines"]:
         assert set(engine) == {"engine", "device", "checks"}
         for check in engine["checks"]:
-            assert set(check) == {"id", "status", "rule", "message"}
+            assert set(check) == {"id", "status", "rule", "message", "capability_skip"}
             assert check["status"] in STATUSES
-            assert all(isinstance(check[k], str) for k in check)
+            assert all(isinstance(check[k], str) for k in ("id", "status", "rule", "message"))
+            assert isinstance(check["capability_skip"], bool)
+            assert not check["capability_skip"] or check["status"] == "skipped"
 
 
 def statuses(report: dict) -> dict[str, dict[str, str]]:

@@ -118,14 +118,12 @@ def _status(
     service: RuntimeService, store: ModelStore, engine_id: str, entry: ModelEntry, verify: bool
 ) -> ModelStatus:
     """The engine's current model from the folder ``engines.<id>.model_dir`` names, if set."""
-    from pathlib import Path
+    from mizuoto_sdk.host.models import local_folder
 
-    settings = service.settings
-    folder = settings.engine(engine_id, "model_dir")
+    manifest = service.discovery.manifest(engine_id)
+    folder = local_folder(service.settings, manifest, entry)
     if folder is not None:
-        current = service.discovery.manifest(engine_id).model(settings.engine(engine_id, "model"))
-        if current == entry:
-            return store.local(engine_id, entry, Path(folder))
+        return store.local(engine_id, entry, folder)
     return store.status(engine_id, entry, verify=verify)
 
 

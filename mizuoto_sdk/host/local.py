@@ -9,7 +9,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mizuoto_runtime.context import RequestContext
@@ -26,7 +25,7 @@ from mizuoto_sdk.errors import (
 from mizuoto_sdk.host.failures import engine_failure
 from mizuoto_sdk.host.loading import model_dir, model_handles
 from mizuoto_sdk.host.model import LocalModel
-from mizuoto_sdk.host.models import model_cache
+from mizuoto_sdk.host.models import local_folder, model_cache
 from mizuoto_sdk.host.notorch import NoRuntime, declared_dtype
 from mizuoto_sdk.host.programs import missing_requirements, unavailable
 from mizuoto_sdk.host.settings import Settings
@@ -178,7 +177,7 @@ class LocalEngine:
         """The loaded model, loading it if needed (after making room under the resident limit)."""
         settings = self.host.settings
         entry = self._entry(model or settings.engine(self.engine_id, "model"))
-        local = self._local_folder(entry)
+        local = local_folder(settings, self.manifest, entry)
         variant = variant or settings.engine(self.engine_id, "variant")
         merged = {**settings.engine(self.engine_id, "options", {}), **(options or {})}
         with self._lock:
@@ -301,15 +300,6 @@ class LocalEngine:
                         loaded.unload()
                     unloaded.append(target.name)
         return unloaded
-
-    def _local_folder(self, entry: ModelEntry) -> Path | None:
-        """The folder of ``engines.<id>.model_dir`` when ``entry`` is the engine's current model
-        (the one its ``model`` setting names, else its first); None otherwise."""
-        settings = self.host.settings
-        folder = settings.engine(self.engine_id, "model_dir")
-        if folder is None or self._entry(settings.engine(self.engine_id, "model")) != entry:
-            return None
-        return Path(folder)
 
     def _entry(self, model: str | None) -> ModelEntry:
         try:

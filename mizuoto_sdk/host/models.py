@@ -24,6 +24,7 @@ from mizuoto_sdk.errors import EngineUnavailable, ModelNotInstalled
 from mizuoto_sdk.host.fetch import Fail, check_file, download, from_hub
 from mizuoto_sdk.host.settings import Settings
 from mizuoto_sdk.manifest import (
+    EngineManifest,
     FolderSource,
     HubSource,
     ModelEntry,
@@ -51,6 +52,15 @@ def model_cache(settings: Settings | None = None) -> Path:
     """The folder Hub and URL models are pulled into (setting ``models.cache``)."""
     configured = settings.get("models.cache") if settings is not None else None
     return Path(configured) if configured else data_home() / "models"
+
+
+def local_folder(settings: Settings, manifest: EngineManifest, entry: ModelEntry) -> Path | None:
+    """The folder of ``engines.<id>.model_dir`` when ``entry`` is the engine's current model
+    (the one its ``model`` setting names, else its first); None otherwise."""
+    folder = settings.engine(manifest.id, "model_dir")
+    if folder is None or manifest.model(settings.engine(manifest.id, "model")) != entry:
+        return None
+    return Path(folder)
 
 
 def pull_command(engine_id: str, model_id: str) -> str:
